@@ -1,0 +1,35 @@
+"""`flaggems-overlay-info`: where the composed flag_gems came from and what the overlay replaced."""
+
+import importlib.util
+import runpy
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+
+def describe() -> str:
+    spec = importlib.util.find_spec("flag_gems")
+    if spec is None:
+        return "flag_gems is not installed"
+    # read by path: importing flag_gems itself needs a device (or the emulation harness)
+    path = Path(next(iter(spec.submodule_search_locations))) / "_overlay_info.py"
+    if not path.is_file():
+        return f"flag_gems at {spec.origin}: plain install, no copyfix overlay"
+    info = SimpleNamespace(**runpy.run_path(str(path)))
+    lines = [
+        f"flag_gems at {spec.origin}",
+        f"base: {info.BASE_ORIGIN}",
+        f"overlay active ({'editable, live symlinks' if info.EDITABLE else 'copied'}):",
+    ]
+    lines += [f"  {f}{'  (replaces base file)' if f.split('flag_gems/', 1)[1] in info.REPLACED else ''}"
+              for f in info.OVERLAY_FILES]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    print(describe())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,338 @@
+# Copyright 2026 FlagOS Contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""copy_ / copy for KunlunXIN.
+
+Strided sources and destinations (expand, transpose, step slices, permutes,
+strided outputs) run through the ``pointwise_dynamic`` copy kernel with their
+real strides, after TensorIterator-style dimension reordering and coalescing.
+Only what Triton on KunlunXIN cannot express goes to the aten fallback, which
+on XPU has no working non-contiguous elementwise kernel.
+"""
+
+import functools
+import logging
+from typing import Optional
+
+import torch
+import triton
+
+from flag_gems.runtime import device
+
+from ..utils.codegen_config_utils import CodeGenConfig
+from ..utils.pointwise_dynamic import pointwise_dynamic
+
+logger = logging.getLogger(__name__)
+
+_FALLBACK_KEYSET = torch._C.DispatchKeySet(
+    torch._C.DispatchKey.CompositeExplicitAutograd
+)
+
+# The kunlunxin 1-D tile kernels index with int32: element offsets must stay
+# below 2**31, and so must the lane index of their 12 CTAs of
+# next_power_of_2(cdiv(numel, 12)) lanes, which caps one launch at 12 * 2**27
+# elements. Larger copies are split along their outermost dim.
+_MAX_OFFSET = 2**31 - 1
+_MAX_NUMEL = 12 * 2**27
+
+_TRITON_DTYPES = {
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
+}
+# The KunlunXIN descriptor disables float64 (device.support_fp64 is False).
+if device.support_fp64:
+    _TRITON_DTYPES.add(torch.float64)
+
+_INTERNAL_OVERLAP_MSG = (
+    "unsupported operation: more than one element of the written-to tensor refers "
+    "to a single memory location. Please clone() the tensor before performing the "
+    "operation."
+)
+_PARTIAL_OVERLAP_MSG = (
+    "unsupported operation: some elements of the input tensor and the written-to "
+    "tensor refer to a single memory location. Please clone() the tensor before "
+    "performing the operation."
+)
+
+config_ = CodeGenConfig(
+    512,
+    (65536, 65536, 65536),
+    32,
+    True,
+    prefer_1d_tile=True,
+    is_scatter_slice=True,
+)
+
+
+@pointwise_dynamic(
+    is_tensor=(True,), promotion_methods=[(0, "DEFAULT")], config=config_
+)
+@triton.jit
+def copy_slice(src):
+    return src
+
+
+@pointwise_dynamic(is_tensor=[True], promotion_methods=[(0, "DEFAULT")])
+@triton.jit
+def _copy_kernel(src):
+    return src
+
+
+@functools.lru_cache(maxsize=4096)
+def _coalesce(shape, dst_strides, src_strides):
+    """Smallest (shape, dst_strides, src_strides) that walks the same elements.
+
+    Like TensorIterator: size-1 dims are dropped, the rest are ordered so that
+    the destination's fastest-moving dim is innermost (the source breaks ties
+    the destination leaves open), then neighbours that are contiguous in
+    memory for both tensors are merged. Returned outermost dim first.
+    """
+    dims = [d for d in range(len(shape)) if shape[d] != 1]
+    dims.reverse()  # innermost first, as TensorIterator keeps them
+
+    def outer_goes_inside(inner, outer):
+        for strides in (dst_strides, src_strides):
+            a, b = strides[inner], strides[outer]
+            if a == 0 or b == 0:
+                continue  # a broadcast dim says nothing about the order
+            if a != b:
+                return a > b
+            if shape[inner] > shape[outer]:
+                return True
+        return False
+
+    for i in range(1, len(dims)):  # stable insertion sort
+        j = i
+        while j > 0 and outer_goes_inside(dims[j - 1], dims[j]):
+            dims[j - 1], dims[j] = dims[j], dims[j - 1]
+            j -= 1
+
+    sizes, dst_out, src_out = [], [], []
+    for d in dims:
+        if sizes and all(
+            st[-1] * sizes[-1] == full[d]
+            for st, full in ((dst_out, dst_strides), (src_out, src_strides))
+        ):
+            sizes[-1] *= shape[d]
+            continue
+        sizes.append(shape[d])
+        dst_out.append(dst_strides[d])
+        src_out.append(src_strides[d])
+    if not sizes:  # a single element
+        return (1,), (1,), (1,)
+    return tuple(reversed(sizes)), tuple(reversed(dst_out)), tuple(reversed(src_out))
+
+
+def _max_offset(shape, strides):
+    return sum((n - 1) * s for n, s in zip(shape, strides))
+
+
+def _has_internal_overlap(t: torch.Tensor) -> bool:
+    # at::has_internal_overlap answers "Yes" only for a broadcast dim.
+    return any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride()))
+
+
+def _byte_range(t: torch.Tensor):
+    begin = t.data_ptr()
+    return begin, begin + t.numel() * t.element_size()
+
+
+def _check_overlap(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """Raise torch's overlap errors; return True when src must be snapshotted.
+
+    Mirrors at::assert_no_internal_overlap and at::assert_no_partial_overlap.
+    Overlap torch cannot classify (non-dense views) does not raise there
+    either; we copy src aside first so every element reads its old value.
+    """
+    if _has_internal_overlap(dst):
+        raise RuntimeError(_INTERNAL_OVERLAP_MSG)
+    if dst.numel() == 0 or src.numel() == 0:
+        return False
+    if not torch._C._is_alias_of(dst, src):
+        return False
+    (d0, d1), (s0, s1) = _byte_range(dst), _byte_range(src)
+    dense = torch.ops.aten.is_non_overlapping_and_dense
+    if dense(dst) and dense(src):
+        if (d0, d1) == (s0, s1):
+            if dst.stride() != src.stride():
+                raise RuntimeError(_PARTIAL_OVERLAP_MSG)
+            return False  # full overlap: each element reads what it overwrites
+        if d0 < s1 and s0 < d1:
+            raise RuntimeError(_PARTIAL_OVERLAP_MSG)
+        return False
+    s_end = s0 + src.element_size() * (_max_offset(src.shape, src.stride()) + 1)
+    d_end = d0 + dst.element_size() * (_max_offset(dst.shape, dst.stride()) + 1)
+    return s0 < d_end and d0 < s_end
+
+
+def _broadcast_to_dst(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """src expanded to dst's shape, with torch's error texts."""
+    if src.shape == dst.shape:
+        return src
+    out_shape, src_shape = list(dst.shape), list(src.shape)
+    ndim = max(len(out_shape), len(src_shape))
+    a = [1] * (ndim - len(out_shape)) + out_shape
+    b = [1] * (ndim - len(src_shape)) + src_shape
+    for i in range(ndim):
+        if a[i] != b[i] and a[i] != 1 and b[i] != 1:
+            raise RuntimeError(
+                f"The size of tensor a ({a[i]}) must match the size of tensor b "
+                f"({b[i]}) at non-singleton dimension {i}"
+            )
+    full = [y if x == 1 else x for x, y in zip(a, b)]
+    if full != out_shape:
+        raise RuntimeError(
+            f"output with shape {out_shape} doesn't match the broadcast shape {full}"
+        )
+    return src.expand(dst.shape)
+
+
+def _fallback_reason(dst: torch.Tensor, src: torch.Tensor) -> Optional[str]:
+    """Why this copy cannot use the Triton kernel; None when it can."""
+    if dst.layout != torch.strided or src.layout != torch.strided:
+        return "non-strided layout"
+    if dst.device != src.device or dst.is_meta:
+        return "cross-device or meta copy"
+    if dst.is_quantized or src.is_quantized:
+        return "quantized tensor"
+    if src.is_complex() or dst.is_complex():
+        return "complex dtype (aten keeps torch's complex->real warning)"
+    if dst.dtype not in _TRITON_DTYPES or src.dtype not in _TRITON_DTYPES:
+        return f"dtype {src.dtype}->{dst.dtype} not supported by Triton here"
+    if src.is_neg() or dst.is_neg() or src.is_conj() or dst.is_conj():
+        return "lazy neg/conj bit"
+    return None
+
+
+def _can_use_triton(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    return _fallback_reason(dst, src) is None
+
+
+def _fallback(dst, src, non_blocking, reason):
+    logger.debug("GEMS_KUNLUNXIN COPY_ fallback to aten: %s", reason)
+    return torch.ops.aten.copy_.default.redispatch(
+        _FALLBACK_KEYSET, dst, src, non_blocking
+    )
+
+
+def _scalar_to_tensor(value, dst: torch.Tensor) -> torch.Tensor:
+    if not isinstance(value, (bool, int, float, complex)):
+        raise TypeError(
+            f"copy_(): argument 'src' must be Tensor or a Python number, "
+            f"not {type(value).__name__}"
+        )
+    # torch wraps a Python float as float64 (and int as int64, bool as bool);
+    # casting that on the host rounds exactly as aten would on the device.
+    dtype = torch.float64 if isinstance(value, float) else None
+    src = torch.tensor(value, dtype=dtype)
+    if src.is_complex() or dst.dtype not in _TRITON_DTYPES:
+        return src  # the fallback handles it, warning included
+    return src.to(dst.dtype).to(dst.device)
+
+
+def _fits_one_launch(shape, dst_strides, src_strides) -> bool:
+    numel = 1
+    for n in shape:
+        numel *= n
+    return (
+        numel <= _MAX_NUMEL
+        and _max_offset(shape, dst_strides) <= _MAX_OFFSET
+        and _max_offset(shape, src_strides) <= _MAX_OFFSET
+    )
+
+
+def _launch(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """Copy src (already of dst's shape) into dst with the Triton kernel."""
+    shape, dst_strides, src_strides = _coalesce(
+        tuple(dst.shape), dst.stride(), src.stride()
+    )
+    if not _fits_one_launch(shape, dst_strides, src_strides):
+        # int32 indexing would overflow: halve the outermost dim and recurse
+        if dst.shape[0] == 1:
+            return _launch(dst[0], src[0])
+        half = dst.shape[0] // 2
+        _launch(dst[:half], src[:half])
+        return _launch(dst[half:], src[half:])
+    kernel = _copy_kernel.instantiate(len(shape))
+    kernel(
+        src.as_strided(shape, src_strides), out0=dst.as_strided(shape, dst_strides)
+    )
+
+
+def copy(
+    template: torch.Tensor, src: torch.Tensor, *, non_blocking: Optional[bool] = False
+):
+    logger.debug("GEMS_KUNLUNXIN COPY")
+    if _has_internal_overlap(template):
+        # aten::copy clones such a template densely instead of keeping strides
+        out = torch.empty_like(template)
+    else:
+        out = torch.empty_strided(
+            template.size(),
+            template.stride(),
+            dtype=template.dtype,
+            device=template.device,
+        )
+    copy_(out, src, non_blocking=bool(non_blocking))
+    return out
+
+
+def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
+    if not isinstance(src, torch.Tensor):
+        src = _scalar_to_tensor(src, dst)
+
+    # same order of checks as aten::copy_
+    if dst._is_zerotensor():
+        raise RuntimeError(
+            "ZeroTensors are immutable. Please materialize the tensor using "
+            "`.clone()`, if you want a mutable zero tensor."
+        )
+    if src._is_zerotensor():
+        return dst.zero_()
+    if (
+        torch._C._is_alias_of(dst, src)
+        and dst.storage_offset() == src.storage_offset()
+        and dst.stride() == src.stride()
+        and dst.shape == src.shape
+        and dst.dtype == src.dtype
+        and dst.is_conj() == src.is_conj()
+        and dst.is_neg() == src.is_neg()
+    ):
+        return dst
+
+    reason = _fallback_reason(dst, src)
+    if reason is not None:
+        return _fallback(dst, src, non_blocking, reason)
+
+    # every check that can raise runs before anything is written
+    snapshot = _check_overlap(dst, src)
+    src = _broadcast_to_dst(dst, src)
+    if dst.numel() == 0:
+        return dst
+
+    logger.debug("GEMS_KUNLUNXIN COPY_")
+    if snapshot:
+        # src overlaps dst in a way torch cannot classify: read it all first
+        tmp = torch.empty(dst.shape, dtype=src.dtype, device=src.device)
+        _launch(tmp, src)
+        src = tmp
+    _launch(dst, src)
+    return dst
