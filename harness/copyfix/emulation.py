@@ -48,6 +48,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import types
 import warnings
 from pathlib import Path
@@ -79,6 +80,13 @@ KUNLUNXIN_COPY_MODULE = "_kunlunxin.ops.copy"
 # Where the kunlunxin copy.py lives inside the flag_gems package (flag_gems 5.0.2).
 KUNLUNXIN_COPY_RELPATH = "runtime/backend/_kunlunxin/ops/copy.py"
 
+# sha256 of the base kunlunxin copy.py files base_copy_module() accepts as pristine
+# (the pre-images recorded in pyproject.toml [tool.copyfix.preimages]).
+BASE_COPY_SHA256 = {
+    "43886a575ea4b819b531686608e90c0d3439811584a28b2ab5355555dfa2baa1": "flag-gems 5.0.2 (PyPI)",
+    "9387e1551d5d5ff5db7066bf8f146102032fc7bb2787ba05ff266b56ceb510bf": "FlagGems main 2026-08-21 (ed2508bc)",
+}
+
 # Launch options that only XPU Triton understands.  The kunlunxin wrappers pass them to
 # every launch (flag_gems 5.0.2 _kunlunxin/utils/pointwise_dynamic.py and ops/*.py).
 XPU_LAUNCH_OPTIONS = frozenset({"buffer_size_limit", "unroll_num"})
@@ -89,7 +97,7 @@ _XPU_LAUNCH_OPTION_RE = re.compile(r"^is(Close|Open)[A-Z]\w*$")
 XPU_ONLY_LIBDEVICE = ("xpu_trunc_div", "fast_erf", "fast_gelu", "fast_sigmoid", "fast_tanh")
 
 MODE: str | None = None
-_cache_dir: Path | None = None
+_state = threading.local()  # .staging > 0 while the interpreter writes results back
 _base_copy_module: types.ModuleType | None = None
 
 
@@ -127,8 +135,12 @@ def versions() -> dict[str, str | None]:
 
 def _check_versions(mode: str) -> None:
     found = _installed_versions()
+
+    def wanted(lib):
+        return " or ".join(p + "*" if p.endswith(".") else p for p in SUPPORTED_VERSIONS[lib])
+
     bad = [
-        f"{lib} {found[lib]} (written for {' or '.join(p + '*' if p.endswith('.') else p for p in SUPPORTED_VERSIONS[lib])})"
+        f"{lib} {found[lib]} (written for {wanted(lib)})"
         for lib in _CHECKED_IN_MODE[mode]
         if not any(_public(found[lib]).startswith(p) for p in SUPPORTED_VERSIONS[lib])
     ]
@@ -177,8 +189,7 @@ def activate(mode: str | None = None) -> str:
     _check_versions(mode)
     if mode != "native" and "flag_gems" in sys.modules:
         raise RuntimeError(
-            "copyfix.emulation.activate() must run before `import flag_gems` "
-            "(its kernels are defined at import time)"
+            "copyfix.emulation.activate() must run before `import flag_gems` (its kernels are defined at import time)"
         )
     if mode == "cpu":
         _setup_cpu_environment()
@@ -193,6 +204,7 @@ def activate(mode: str | None = None) -> str:
             raise RuntimeError("cuda emulation mode runs compiled Triton; unset TRITON_INTERPRET")
         os.environ["GEMS_VENDOR"] = "kunlunxin"
         _patch_triton_common()
+        _patch_triton_jit_run()
     MODE = mode
     return mode
 
@@ -206,7 +218,6 @@ def _require(*modes: str) -> str:
 
 
 def _setup_cpu_environment() -> None:
-    global _cache_dir
     os.environ["GEMS_VENDOR"] = "kunlunxin"
     # triton 3.6.0 triton.knobs.runtime.interpret reads TRITON_INTERPRET lazily, at each
     # triton.jit decoration: it must be set before flag_gems defines its kernels.
@@ -217,10 +228,10 @@ def _setup_cpu_environment() -> None:
     # $FLAGGEMS_CACHE_DIR (default ~/.flaggems).  Give both a private directory.
     if "FLAGGEMS_CACHE_DIR" not in os.environ:
         os.environ["FLAGGEMS_CACHE_DIR"] = tempfile.mkdtemp(prefix="copyfix-flaggems-")
-    _cache_dir = Path(os.environ["FLAGGEMS_CACHE_DIR"])
     if "FLAGGEMS_DB_URL" not in os.environ:
-        _cache_dir.mkdir(parents=True, exist_ok=True)
-        os.environ["FLAGGEMS_DB_URL"] = f"sqlite:///{_cache_dir / 'copyfix_emulation_tuned_configs.db'}"
+        db_dir = Path(os.environ["FLAGGEMS_CACHE_DIR"])
+        db_dir.mkdir(parents=True, exist_ok=True)
+        os.environ["FLAGGEMS_DB_URL"] = f"sqlite:///{db_dir / 'copyfix_emulation_tuned_configs.db'}"
 
 
 def cache_dir() -> Path:
@@ -230,6 +241,8 @@ def cache_dir() -> Path:
 
 
 # ------------------------------------------------------------ patches: cpu and cuda
+# (cuda: libdevice, autotune, JITFunction.run; cpu: libdevice, autotune and the
+# interpreter patches, whose JITFunction subclass strips the XPU launch options itself)
 
 
 def _xpu_only_stub(name: str):
@@ -240,9 +253,13 @@ def _xpu_only_stub(name: str):
         )
 
     stub.__name__ = stub.__qualname__ = name
-    # triton 3.6.0 compiler/code_generator.py global_lookup admits globals whose
-    # __module__ starts with "triton.language"; the stub then raises when called.
     stub.__module__ = "triton.language.extra.xpu.libdevice"
+    # triton 3.6.0: runtime/jit.py DependenciesFinder (JITFunction.cache_key, computed by
+    # flag_gems at import) rejects plain functions referenced by a kernel, and
+    # compiler/code_generator.py only calls globals that are JIT functions or builtins.
+    # Marked as a builtin, the stub is hashed like other builtins and called (and
+    # raises) at compile time; the interpreter calls it directly (and it raises).
+    stub.__triton_builtin__ = True
     return stub
 
 
@@ -261,7 +278,6 @@ def _patch_triton_common() -> None:
     import triton.language.extra as tl_extra
     import triton.runtime.autotuner as autotuner
     from triton.language.extra.cuda import libdevice as cuda_libdevice
-    from triton.runtime.jit import JITFunction
 
     # --- triton 3.6.0: triton.language.extra.xpu does not exist in stock Triton.
     # flag_gems 5.0.2 imports triton.language.extra.<triton_extra_name>.libdevice
@@ -276,9 +292,9 @@ def _patch_triton_common() -> None:
             "triton.language.extra.xpu.libdevice",
             "copyfix emulation: CUDA libdevice functions plus raising stubs for XPU-only ones",
         )
-        for name in dir(cuda_libdevice):
-            if not name.startswith("_"):
-                setattr(libdevice, name, getattr(cuda_libdevice, name))
+        for name, value in vars(cuda_libdevice).items():
+            if getattr(value, "__module__", None) == cuda_libdevice.__name__:  # its functions only
+                setattr(libdevice, name, value)
         for name in XPU_ONLY_LIBDEVICE:
             if not hasattr(libdevice, name):
                 setattr(libdevice, name, _xpu_only_stub(name))
@@ -304,6 +320,10 @@ def _patch_triton_common() -> None:
         triton.runtime.autotune = autotune
         triton.autotune = autotune
 
+
+def _patch_triton_jit_run() -> None:
+    from triton.runtime.jit import JITFunction
+
     # --- triton 3.6.0 runtime/jit.py JITFunction.run(): its argument binder raises
     # KeyError on keyword arguments the kernel does not declare.  The kunlunxin launches
     # pass XPU-only options (buffer_size_limit=..., isCloseOffsetAnalysis=..., ...);
@@ -324,6 +344,7 @@ def _patch_triton_common() -> None:
 
 def _patch_triton_interpreter() -> None:
     import numpy as np
+    import torch
     import triton.language as tl
     from triton.runtime import interpreter
     from triton.runtime.jit import JITFunction
@@ -391,7 +412,7 @@ def _patch_triton_interpreter() -> None:
                 value = value.astype(interpreter._get_np_dtype(dst_ty))
             return interpreter.TensorHandle(value, dst_ty)
         if dst_ty == tl.bfloat16 and src_ty != tl.bfloat16:
-            if src_ty == tl.float8e4b15 or src_ty.is_fp8():
+            if src_ty.is_fp8():  # fp8 reaches bf16 through create_fp_to_fp, not here
                 return stock_cast_impl(self, src, dst_type)
             # int/bool/fp16/fp64 -> fp32 (exact or round-to-nearest-even, numpy as C does),
             # then fp32 -> bf16: the same two steps torch takes (c10::BFloat16 is built
@@ -400,11 +421,67 @@ def _patch_triton_interpreter() -> None:
         return stock_cast_impl(self, src, dst_type)
 
     interpreter.InterpreterBuilder.cast_impl = cast_impl
-    for name in ("create_si_to_fp", "create_ui_to_fp", "create_fp_to_si", "create_fp_to_ui",
-                 "create_fp_ext", "create_fp_trunc"):
+    for name in (
+        "create_si_to_fp",
+        "create_ui_to_fp",
+        "create_fp_to_si",
+        "create_fp_to_ui",
+        "create_fp_ext",
+        "create_fp_trunc",
+    ):
         # The stock class binds these as lambdas calling self.cast_impl: nothing to rebind,
         # but make sure that is still true for this Triton.
-        assert "cast_impl" in getattr(interpreter.InterpreterBuilder, name).__code__.co_names, name
+        if "cast_impl" not in getattr(interpreter.InterpreterBuilder, name).__code__.co_names:
+            raise RuntimeError(f"triton interpreter's InterpreterBuilder.{name} no longer goes through cast_impl")
+
+    # --- triton 3.6.0 runtime/interpreter.py GridExecutor._restore_args_dev: after a
+    # launch the interpreter writes its host copies back with `storage.copy_(host)`.
+    # For CPU tensors the host copy *is* the tensor's storage (UntypedStorage.cpu()
+    # returns self), so this is a self-copy and emulator plumbing, not a copy on the
+    # device.  Mark it, so that cpu_dispatch() hands it to torch instead of routing it
+    # through the kunlunxin copy_ (where spies, launch counts and fault injection would
+    # see it).  The write-back itself is unchanged.
+    stock_restore = interpreter.GridExecutor._restore_args_dev
+
+    def _restore_args_dev(self, *args, **kwargs):
+        _state.staging = getattr(_state, "staging", 0) + 1
+        try:
+            return stock_restore(self, *args, **kwargs)
+        finally:
+            _state.staging -= 1
+
+    interpreter.GridExecutor._restore_args_dev = _restore_args_dev
+
+    # --- triton 3.6.0 runtime/interpreter.py GridExecutor._init_args_hst: makes a host
+    # tensor for every argument with data_ptr() through Tensor-only methods (new_empty,
+    # storage_offset, set_).  flag_gems' StridedBuffer (utils/tensor_wrapper.py, the
+    # argument type of every pointwise_dynamic launch through __call__) has data_ptr()
+    # and dtype, which is all a kernel argument needs, but not those methods, and may
+    # describe negative strides no tensor view can.  A CPU-resident one needs no host
+    # copy at all (the interpreter reads and writes memory through data_ptr()), so it is
+    # passed through as is.  The write-back (above) then copies its storage onto itself.
+    stock_init = interpreter.GridExecutor._init_args_hst
+
+    def _passes_through(arg):
+        if isinstance(arg, torch.Tensor) or not hasattr(arg, "data_ptr"):
+            return False
+        storage = getattr(arg, "untyped_storage", None)
+        return storage is not None and getattr(storage(), "device", None) == torch.device("cpu")
+
+    def _init_args_hst(self, args_dev, kwargs):
+        kept = {i: a for i, a in enumerate(args_dev) if _passes_through(a)}
+        kept_kw = {k: a for k, a in kwargs.items() if _passes_through(a)}
+        args_hst, kwargs_hst = stock_init(
+            self,
+            [None if i in kept else a for i, a in enumerate(args_dev)],
+            {k: (None if k in kept_kw else a) for k, a in kwargs.items()},
+        )
+        for i, a in kept.items():
+            args_hst[i] = a
+        kwargs_hst.update(kept_kw)
+        return args_hst, kwargs_hst
+
+    interpreter.GridExecutor._init_args_hst = _init_args_hst
 
     interpreter._copyfix_patched = True
 
@@ -458,9 +535,25 @@ def _patch_flag_gems_cpu() -> None:
     # flag_gems.utils.libentry imports flag_gems itself, so the LibEntry patch can only be
     # applied after `import flag_gems`: do that import here, with the environment and
     # the Triton/torch patches above already in place.  No kernel runs during the import.
-    import flag_gems.utils.libentry as libentry
+    import flag_gems  # noqa: F401
 
-    _patch_libentry(libentry)
+    # (the attribute flag_gems.utils.libentry is the decorator function, not the module)
+    _patch_libentry(sys.modules["flag_gems.utils.libentry"])
+    _register_on_cpu(flag_gems)
+
+
+def _register_on_cpu(flag_gems) -> None:
+    # --- flag_gems 5.0.2 runtime/backend/device.py DeviceDetector (a singleton) holds
+    # `dispatch_key` ("CUDA" for kunlunxin, from device_name "cuda"), which
+    # runtime/register.py Register uses as the torch.library key for enable()/use_gems();
+    # flag_gems/__init__.py copies device_name into `flag_gems.device`.  In cpu mode the
+    # emulated device *is* the CPU: registering under "CPU" makes
+    # `flag_gems.use_gems(include=[...])` reach CPU tensors, and `flag_gems.device`
+    # tells tests where to put them.  Only what a test asks use_gems for is registered.
+    from flag_gems.runtime.backend.device import DeviceDetector
+
+    DeviceDetector().dispatch_key = "CPU"
+    flag_gems.device = "cpu"
 
 
 def _patch_libentry(libentry_module) -> None:
@@ -526,7 +619,8 @@ def base_copy_module() -> types.ModuleType:
     base file's own.  The base file is found at ``flag_gems._overlay_info.BASE_COPY_PATH``
     if the build records it, else at the pre-image the build keeps under
     ``flag_gems/_overlay_preimages/``.  Without an overlay of copy.py, the installed
-    module is the base: :func:`copy_module` is returned.
+    module is the base: :func:`copy_module` is returned.  Either way the file must hash
+    to one of :data:`BASE_COPY_SHA256`, else RuntimeError.
     """
     global _base_copy_module
     current = copy_module()
@@ -534,13 +628,26 @@ def base_copy_module() -> types.ModuleType:
         return _base_copy_module
     path = _base_copy_path()
     if path is None or Path(path).resolve() == Path(current.__file__).resolve():
+        _check_base_file(current.__file__)
         return current
+    _check_base_file(path)
     spec = importlib.util.spec_from_file_location("_kunlunxin.ops._copyfix_base_copy", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     _check_copy_module(module)
     _base_copy_module = module
     return module
+
+
+def _check_base_file(path) -> None:
+    import hashlib
+
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    if digest not in BASE_COPY_SHA256:
+        raise RuntimeError(
+            f"{path} is not a known pristine base kunlunxin copy.py (sha256 {digest}; "
+            f"known: {', '.join(BASE_COPY_SHA256.values())})"
+        )
 
 
 def _base_copy_path() -> str | None:
@@ -600,17 +707,24 @@ def cpu_dispatch(module: types.ModuleType | None = None) -> Iterator[None]:
     dispatches on an empty key set, which reaches torch's CompositeExplicitAutograd
     kernel directly, never this CPU override.
 
-    CPU-internal scalar conversions (torch calling ``copy_`` with a Python number as
-    ``src``: a wrapped-number tensor, e.g. while printing a tensor) are not device
-    traffic and go straight to torch's implementation.
+    Two kinds of CPU-side copies are not device traffic and go straight to torch's
+    implementation: CPU-internal scalar conversions (torch calling ``copy_`` with a
+    Python number as ``src``, a wrapped-number tensor, e.g. while printing a tensor)
+    and the Triton interpreter writing a launch's results back to the tensors.
 
-    In cuda and native modes this is ``flag_gems.use_gems()``.
+    In cuda and native modes this is ``flag_gems.use_gems()`` (and ``module``, if given,
+    must be :func:`copy_module`).
     """
     import torch
 
     if _require() != "cpu":
         import flag_gems
 
+        if module is not None and module is not copy_module():
+            raise ValueError(
+                f"in {MODE!r} mode copy_ is dispatched by flag_gems.use_gems() to {KUNLUNXIN_COPY_MODULE}; "
+                "another module cannot be routed (call its copy_ directly)"
+            )
         with flag_gems.use_gems():
             yield
         return
@@ -618,11 +732,15 @@ def cpu_dispatch(module: types.ModuleType | None = None) -> Iterator[None]:
     _check_copy_module(target)
     native_keyset = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
 
+    # The operator's C++ handle, found afresh: bypasses OpOverload.redispatch, so neither
+    # a test's mock of it nor xpu_fallback_failure() sees the bypassed calls.
+    native = torch._C._dispatch_find_schema_or_throw("aten::copy_", "")
+
     def copy_(dst, src, non_blocking=False):
-        if not isinstance(src, torch.Tensor):
-            return torch.ops.aten.copy_.default.redispatch(
-                native_keyset, dst, _wrapped_number_tensor(src), non_blocking
-            )
+        if getattr(_state, "staging", 0):  # the interpreter's write-back (see above)
+            return native.redispatch_boxed(native_keyset, dst, src, non_blocking)
+        if not isinstance(src, torch.Tensor):  # a CPU-internal wrapped number
+            return native.redispatch_boxed(native_keyset, dst, _wrapped_number_tensor(src), non_blocking)
         return target.copy_(dst, src, non_blocking)
 
     # torch 2.13.0 (2.11.x): torch.library.Library("aten", "IMPL").impl(name, fn, "CPU")

@@ -96,6 +96,14 @@ def _copy_kernel(src):
     return src
 
 
+# A store into a bool pointer converts to int8 first (0.5 -> False); torch's
+# cast to bool is `!= 0`.
+@pointwise_dynamic(is_tensor=[True], promotion_methods=[(0, "ALWAYS_BOOL")])
+@triton.jit
+def _copy_to_bool_kernel(src):
+    return src != 0
+
+
 @functools.lru_cache(maxsize=4096)
 def _coalesce(shape, dst_strides, src_strides):
     """Smallest (shape, dst_strides, src_strides) that walks the same elements.
@@ -146,8 +154,9 @@ def _max_offset(shape, strides):
 
 
 def _has_internal_overlap(t: torch.Tensor) -> bool:
-    # at::has_internal_overlap answers "Yes" only for a broadcast dim.
-    return any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride()))
+    # at::has_internal_overlap answers "Yes" only for a broadcast dim of a
+    # non-empty tensor (an empty one counts as non-overlapping and dense).
+    return t.numel() > 0 and any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride()))
 
 
 def _byte_range(t: torch.Tensor):
@@ -228,6 +237,10 @@ def _can_use_triton(dst: torch.Tensor, src: torch.Tensor) -> bool:
 
 def _fallback(dst, src, non_blocking, reason):
     logger.debug("GEMS_KUNLUNXIN COPY_ fallback to aten: %s", reason)
+    if dst.layout != torch.strided or src.layout != torch.strided:
+        # only a direct call gets here (dispatch picks the sparse/mkldnn kernel
+        # first): let the dispatcher find the kernel of that layout
+        return torch.ops.aten.copy_.default(dst, src, non_blocking)
     return torch.ops.aten.copy_.default.redispatch(
         _FALLBACK_KEYSET, dst, src, non_blocking
     )
@@ -271,7 +284,8 @@ def _launch(dst: torch.Tensor, src: torch.Tensor) -> None:
         half = dst.shape[0] // 2
         _launch(dst[:half], src[:half])
         return _launch(dst[half:], src[half:])
-    kernel = _copy_kernel.instantiate(len(shape))
+    to_bool = dst.dtype is torch.bool and src.dtype is not torch.bool
+    kernel = (_copy_to_bool_kernel if to_bool else _copy_kernel).instantiate(len(shape))
     kernel(
         src.as_strided(shape, src_strides), out0=dst.as_strided(shape, dst_strides)
     )
@@ -307,6 +321,9 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
         )
     if src._is_zerotensor():
         return dst.zero_()
+    reason = _fallback_reason(dst, src)
+    if reason is not None:
+        return _fallback(dst, src, non_blocking, reason)
     if (
         torch._C._is_alias_of(dst, src)
         and dst.storage_offset() == src.storage_offset()
@@ -317,10 +334,6 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
         and dst.is_neg() == src.is_neg()
     ):
         return dst
-
-    reason = _fallback_reason(dst, src)
-    if reason is not None:
-        return _fallback(dst, src, non_blocking, reason)
 
     # every check that can raise runs before anything is written
     snapshot = _check_overlap(dst, src)

@@ -1,0 +1,750 @@
+# Copyright 2026 FlagOS Contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""KunlunXIN copy_ / copy: strided layouts through the Triton kernel, torch's semantics.
+
+Every reference is computed by torch on the CPU from the same values, and tensors
+reach the device only as contiguous buffers: on KunlunXIN torch's own strided
+copy is the kernel that fails, so it cannot serve as the reference there.
+"""
+
+import contextlib
+import sys
+import warnings
+from unittest import mock
+
+import pytest
+import torch
+
+import flag_gems
+
+DEVICE = flag_gems.device
+COPY_MODULE = "_kunlunxin.ops.copy"
+
+pytestmark = pytest.mark.skipif(
+    flag_gems.vendor_name != "kunlunxin", reason="tests the KunlunXIN copy_"
+)
+
+FLOAT_DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+INT_DTYPES = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
+TRITON_DTYPES = FLOAT_DTYPES + INT_DTYPES + [torch.bool]
+SHORT = {
+    torch.float16: "fp16",
+    torch.bfloat16: "bf16",
+    torch.float32: "fp32",
+    torch.float64: "fp64",
+    torch.int8: "i8",
+    torch.int16: "i16",
+    torch.int32: "i32",
+    torch.int64: "i64",
+    torch.uint8: "u8",
+    torch.bool: "bool",
+}
+DTYPE_PAIRS = [(d, d) for d in TRITON_DTYPES] + [
+    (torch.float32, torch.bfloat16),
+    (torch.float32, torch.float16),
+    (torch.bfloat16, torch.float32),
+    (torch.float16, torch.float32),
+    (torch.bfloat16, torch.float16),
+    (torch.float32, torch.int32),
+    (torch.float16, torch.int8),
+    (torch.bfloat16, torch.uint8),
+    (torch.int32, torch.float32),
+    (torch.int64, torch.bfloat16),
+    (torch.uint8, torch.float16),
+    (torch.int64, torch.int8),
+    (torch.int8, torch.int64),
+    (torch.bool, torch.float32),
+    (torch.float32, torch.bool),
+    (torch.int32, torch.bool),
+]
+
+
+def _same(t):
+    return t
+
+
+# name: (src base shape, src view, dst base shape, dst view, rank after coalescing)
+LAYOUTS = {
+    "contiguous": ((64, 33), _same, (64, 33), _same, 1),
+    "expand_row": ((128,), lambda s: s.expand(4, 128), (4, 128), _same, 2),
+    "sdpa_mask": (
+        (2, 1, 1, 16),
+        lambda s: s.expand(2, 4, 16, 16),
+        (2, 4, 16, 16),
+        _same,
+        3,
+    ),
+    "broadcast": ((33,), _same, (8, 33), _same, 2),
+    "scalar_0d": ((), _same, (5, 7), _same, 1),
+    "transpose": ((33, 64), lambda s: s.t(), (64, 33), _same, 2),
+    "both_transposed": ((33, 64), lambda s: s.t(), (33, 64), lambda d: d.t(), 1),
+    "step_slice": ((40, 60), lambda s: s[::2, 1::3], (20, 20), _same, 2),
+    "permute4d": (
+        (3, 4, 5, 6),
+        lambda s: s.permute(2, 0, 3, 1),
+        (5, 3, 6, 4),
+        _same,
+        4,
+    ),
+    "transpose4d_inner": (
+        (2, 3, 4, 5),
+        lambda s: s.transpose(2, 3),
+        (2, 3, 5, 4),
+        _same,
+        3,
+    ),
+    "composite": (
+        (10, 12, 14),
+        lambda s: s.permute(2, 0, 1)[1:, ::2, 3:9].unsqueeze(1).expand(13, 3, 5, 6),
+        (13, 3, 5, 6),
+        _same,
+        4,
+    ),
+    "dst_transposed": ((33, 64), _same, (64, 33), lambda d: d.t(), 2),
+    "dst_step_slice": ((40, 16), lambda s: s.t(), (16, 80), lambda d: d[:, ::2], 2),
+    "size1_dims": (
+        (7, 9),
+        lambda s: s.t().unsqueeze(0).unsqueeze(2),
+        (1, 9, 1, 7),
+        _same,
+        2,
+    ),
+    "rank8": (
+        (2, 3, 2, 3, 2, 3, 2, 3),
+        lambda s: s.permute(7, 6, 5, 4, 3, 2, 1, 0),
+        (3, 2, 3, 2, 3, 2, 3, 2),
+        _same,
+        8,
+    ),
+}
+
+
+def copy_module():
+    """The module flag_gems dispatches copy_ to (not a second import of it)."""
+    return sys.modules[COPY_MODULE]
+
+
+def make_values(shape, dtype, target, gen):
+    """Values of `dtype` whose conversion to `target` is defined in C++ and Triton."""
+    if dtype is torch.bool:
+        return torch.randint(0, 2, shape, generator=gen).bool()
+    if dtype.is_floating_point:
+        if target.is_floating_point:
+            x = torch.randn(shape, generator=gen) * 100
+            flat = x.view(-1)
+            specials = [float("inf"), float("-inf"), float("nan"), -0.0, 1e-30, 3e38]
+            for i, v in enumerate(specials[: flat.numel() // 8]):
+                flat[i * 7 % flat.numel()] = v
+        elif target is torch.bool:
+            x = torch.randn(shape, generator=gen) * (torch.rand(shape, generator=gen) > 0.3)
+        else:  # in range of every integer target, with fractions to truncate
+            lo, hi = (0, 200) if target is torch.uint8 else (-100, 100)
+            x = torch.randint(lo, hi, shape, generator=gen) + torch.rand(
+                shape, generator=gen
+            ) * 0.9 * (1 if lo == 0 else torch.sign(torch.randn(shape, generator=gen)))
+        return x.to(dtype)
+    info = torch.iinfo(dtype)
+    if target.is_floating_point:
+        bound = 60000 if target is torch.float16 else 2**24  # exact in fp32
+        lo, hi = max(info.min, -bound), min(info.max, bound)
+    else:
+        lo, hi = info.min, info.max
+    return torch.randint(lo, hi, shape, generator=gen, dtype=torch.int64).to(dtype)
+
+
+class Case:
+    """One copy: CPU originals for the reference, device buffers for flag_gems."""
+
+    def __init__(self, layout, src_dtype, dst_dtype, seed=0):
+        src_shape, self.src_view, dst_shape, self.dst_view, self.rank = LAYOUTS[layout]
+        gen = torch.Generator().manual_seed(seed)
+        self.name = f"{layout}-{SHORT[src_dtype]}->{SHORT[dst_dtype]}"
+        self.src_base = make_values(src_shape, src_dtype, dst_dtype, gen)
+        self.dst_base = make_values(dst_shape, dst_dtype, dst_dtype, gen)
+        self.dev_dst_base = self.dst_base.to(DEVICE, copy=True)
+        self.src = self.src_view(self.src_base.to(DEVICE, copy=True))
+        self.dst = self.dst_view(self.dev_dst_base)
+        self.exact_nans = src_dtype == dst_dtype
+
+    def reference(self):
+        ref = self.dst_base.clone()
+        self.dst_view(ref).copy_(self.src_view(self.src_base))
+        return ref
+
+    def check(self):
+        assert_bit_exact(self.dev_dst_base, self.reference(), self.name, self.exact_nans)
+
+
+def host_view(t):
+    """`t` on the host, read through its storage: no device-side strided copy."""
+    n = t.untyped_storage().nbytes() // t.element_size()
+    flat = torch.empty(0, dtype=t.dtype, device=t.device)
+    flat = flat.set_(t.untyped_storage(), 0, (n,), (1,)).cpu()
+    return flat.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def assert_bit_exact(res, ref, what, exact_nans=True):
+    """Bit-for-bit equality (a NaN's payload may differ only across dtypes)."""
+    res = host_view(res)
+    assert res.dtype == ref.dtype and res.shape == ref.shape, what
+    if res.dtype.is_floating_point:
+        as_int = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+        bits = as_int[res.element_size()]
+        diff = res.view(bits) != ref.view(bits)
+        if not exact_nans:
+            diff &= ~(torch.isnan(res) & torch.isnan(ref))
+    else:
+        diff = res != ref
+    if diff.any():
+        idx = tuple(int(i) for i in diff.nonzero()[0])
+        raise AssertionError(
+            f"{what}: {int(diff.sum())} of {diff.numel()} elements differ; "
+            f"first at {idx}: got {res[idx].item()!r}, expected {ref[idx].item()!r}"
+        )
+
+
+class Paths:
+    def __init__(self):
+        self.ranks = []  # one entry per Triton kernel launch: the kernel's rank
+        self.fallbacks = 0  # aten copy_ redispatches
+
+
+@contextlib.contextmanager
+def track_paths():
+    """Count Triton launches (with their rank) and aten fallbacks of copy_."""
+    mod, paths = copy_module(), Paths()
+    redispatch = torch.ops.aten.copy_.default.redispatch
+
+    def counting(instantiate):
+        def counting_instantiate(rank):
+            paths.ranks.append(rank)
+            return instantiate(rank)
+
+        return counting_instantiate
+
+    def counting_redispatch(*args, **kwargs):
+        paths.fallbacks += 1
+        return redispatch(*args, **kwargs)
+
+    with contextlib.ExitStack() as stack:
+        for kernel in (mod._copy_kernel, mod._copy_to_bool_kernel):
+            stack.enter_context(
+                mock.patch.object(kernel, "instantiate", counting(kernel.instantiate))
+            )
+        stack.enter_context(
+            mock.patch.object(
+                torch.ops.aten.copy_.default, "redispatch", counting_redispatch
+            )
+        )
+        yield paths
+
+
+def gems_copy_(dst, src):
+    with flag_gems.use_gems(include=["copy_"]):
+        return dst.copy_(src)
+
+
+def torch_error(fn):
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - we compare whatever torch raises
+        return type(exc), str(exc)
+    raise AssertionError("torch accepted this copy")
+
+
+def _pair_id(pair):
+    return f"{SHORT[pair[0]]}->{SHORT[pair[1]]}"
+
+
+# ---------------------------------------------------------------------------
+# layout x dtype-pair matrix through torch dispatch (Tensor.copy_ under use_gems)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("pair", DTYPE_PAIRS, ids=_pair_id)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_copy_layout_dtype_matrix(layout, pair):
+    case = Case(layout, *pair)
+    with track_paths() as paths:
+        out = gems_copy_(case.dst, case.src)
+    assert out is case.dst
+    assert paths.fallbacks == 0, f"{case.name} fell back to aten"
+    assert paths.ranks == [case.rank], f"{case.name}: launches/ranks {paths.ranks}"
+    case.check()
+
+
+# ---------------------------------------------------------------------------
+# direct op-function calls, no torch dispatch (the seed's standalone suite)
+# ---------------------------------------------------------------------------
+
+DIRECT_CASES = [(layout, torch.float32, torch.float32) for layout in LAYOUTS] + [
+    ("expand_row", torch.float32, torch.bfloat16),
+    ("transpose", torch.float32, torch.bfloat16),
+    ("sdpa_mask", torch.bool, torch.bool),
+    ("sdpa_mask", torch.float32, torch.float16),
+    ("permute4d", torch.int64, torch.int32),
+    ("step_slice", torch.float16, torch.float32),
+]
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize(
+    "layout, src_dtype, dst_dtype",
+    DIRECT_CASES,
+    ids=[f"{c[0]}-{_pair_id(c[1:])}" for c in DIRECT_CASES],
+)
+def test_copy_direct_call(layout, src_dtype, dst_dtype):
+    case = Case(layout, src_dtype, dst_dtype, seed=1)
+    with track_paths() as paths:
+        out = copy_module().copy_(case.dst, case.src)
+    assert out is case.dst
+    assert paths.fallbacks == 0 and paths.ranks == [case.rank], case.name
+    case.check()
+
+
+@pytest.mark.copy
+@pytest.mark.parametrize("layout", ["transpose", "sdpa_mask", "dst_step_slice"])
+def test_copy_functional(layout):
+    case = Case(layout, torch.float32, torch.bfloat16, seed=2)
+    with track_paths() as paths:
+        out = copy_module().copy(case.dst, case.src)
+    assert paths.fallbacks == 0 and len(paths.ranks) == 1
+    assert out.shape == case.dst.shape and out.stride() == case.dst.stride()
+    assert out.data_ptr() != case.dst.data_ptr()
+    expected = case.dst_view(case.reference())
+    assert_bit_exact(out, expected, case.name, exact_nans=False)
+
+
+@pytest.mark.copy
+def test_copy_functional_overlapping_template():
+    # aten::copy clones a template with internal overlap densely
+    template = torch.zeros(3, device=DEVICE).expand(2, 3)
+    src = torch.arange(6.0).view(2, 3)
+    out = copy_module().copy(template, src.to(DEVICE))
+    assert out.is_contiguous()
+    assert_bit_exact(out, src, "expanded template")
+
+
+# ---------------------------------------------------------------------------
+# rank coverage 1..8, strided source and strided destination
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("rank", range(1, 9))
+@pytest.mark.parametrize("pair", [(torch.float32, torch.float32), (torch.float32, torch.bfloat16)], ids=_pair_id)
+def test_copy_rank_coverage(rank, pair):
+    shape = tuple(2 + (i % 2) for i in range(rank))
+    gen = torch.Generator().manual_seed(rank)
+    src_base = make_values(shape[::-1], pair[0], pair[1], gen)
+    dst_base = make_values(shape[:-1] + (2 * shape[-1],), pair[1], pair[1], gen)
+
+    def src_view(t):  # reversed permutation: no two dims can merge
+        return t.permute(*reversed(range(rank)))
+
+    def dst_view(t):  # every other element of the innermost dim
+        return t[..., ::2]
+
+    dev_dst_base = dst_base.to(DEVICE, copy=True)
+    with track_paths() as paths:
+        gems_copy_(dst_view(dev_dst_base), src_view(src_base.to(DEVICE, copy=True)))
+    assert paths.fallbacks == 0 and paths.ranks == [rank]
+    ref = dst_base.clone()
+    dst_view(ref).copy_(src_view(src_base))
+    assert_bit_exact(dev_dst_base, ref, f"rank{rank}", pair[0] == pair[1])
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize(
+    "shape, dst_strides, src_strides, expected",
+    [
+        # contiguous
+        ((4, 5, 6), (30, 6, 1), (30, 6, 1), ((120,), (1,), (1,))),
+        # SDPA mask (B,1,1,S) -> (B,H,S,S): H and the query dim merge
+        ((2, 8, 16, 16), (2048, 256, 16, 1), (16, 0, 0, 1), ((2, 128, 16), (2048, 16, 1), (16, 0, 1))),
+        # contiguous source into a transposed destination: destination order wins
+        ((4, 5), (1, 4), (5, 1), ((5, 4), (4, 1), (1, 5))),
+        # size-1 dims vanish
+        ((1, 3, 1, 2), (6, 2, 2, 1), (99, 2, 7, 1), ((6,), (1,), (1,))),
+        # one element
+        ((1, 1), (1, 1), (5, 3), ((1,), (1,), (1,))),
+        # broadcast source (stride 0) merges with stride-0 neighbours
+        ((3, 4, 5), (20, 5, 1), (0, 0, 0), ((60,), (1,), (0,))),
+    ],
+)
+def test_coalesce(shape, dst_strides, src_strides, expected):
+    assert copy_module()._coalesce(shape, dst_strides, src_strides) == expected
+
+
+# ---------------------------------------------------------------------------
+# gap checks: torch's semantics, errors, and what goes to the fallback
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize(
+    "dst_shape, src_shape",
+    [((2, 3), (4,)), ((2, 3), (4, 3)), ((3,), (2, 3)), ((1, 3), (2, 3)), ((0, 3), (4,))],
+)
+def test_copy_illegal_broadcast(dst_shape, src_shape):
+    expected = torch_error(lambda: torch.zeros(dst_shape).copy_(torch.ones(src_shape)))
+    dst = torch.full(dst_shape, 7.0, device=DEVICE)
+    src = torch.ones(src_shape, device=DEVICE)
+    with track_paths() as paths, pytest.raises(expected[0]) as err:
+        gems_copy_(dst, src)
+    assert str(err.value) == expected[1]
+    assert paths.ranks == [] and paths.fallbacks == 0
+    assert bool((dst.cpu() == 7.0).all()), "destination was written before the error"
+
+
+def _overlap_cases():
+    def internal(x):
+        return x[0].expand(4, 4), torch.ones(4, 4, device=x.device)
+
+    def transpose(x):
+        return x, x.t()
+
+    def shifted(x):
+        return x[1:], x[:-1]
+
+    return {"internal": internal, "transpose": transpose, "shifted": shifted}
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("kind", list(_overlap_cases()))
+def test_copy_overlap_errors(kind):
+    make = _overlap_cases()[kind]
+    cpu = torch.arange(16.0).view(4, 4)
+    expected = torch_error(lambda: (lambda d, s: d.copy_(s))(*make(cpu.clone())))
+    x = cpu.to(DEVICE, copy=True)
+    with track_paths() as paths, pytest.raises(expected[0]) as err:
+        gems_copy_(*make(x))
+    assert str(err.value) == expected[1]
+    assert paths.ranks == [] and paths.fallbacks == 0
+    assert_bit_exact(x, cpu, f"{kind}: destination untouched")
+
+
+@pytest.mark.copy_
+def test_copy_alias_interleaved():
+    # x[:, ::2] <- x[:, 1::2]: same storage, disjoint elements (torch: fine)
+    cpu = torch.randn(6, 8)
+    x = cpu.to(DEVICE, copy=True)
+    with track_paths() as paths:
+        gems_copy_(x[:, ::2], x[:, 1::2])
+    ref = cpu.clone()
+    ref[:, ::2].copy_(ref[:, 1::2])
+    assert paths.fallbacks == 0 and len(paths.ranks) >= 1
+    assert_bit_exact(x, ref, "interleaved alias")
+
+
+@pytest.mark.copy_
+def test_copy_alias_overlapping_views_read_before_write():
+    # Overlap torch cannot classify (non-dense views): we read all of src first.
+    cpu = torch.randn(5, 9)
+    x = cpu.to(DEVICE, copy=True)
+    with track_paths() as paths:
+        gems_copy_(x[:, 1:], x[:, :-1])
+    ref = cpu.clone()
+    ref[:, 1:] = cpu[:, :-1].clone()
+    assert paths.fallbacks == 0 and len(paths.ranks) == 2  # snapshot, then copy
+    assert_bit_exact(x, ref, "shifted alias")
+
+
+@pytest.mark.copy_
+def test_copy_self_alias_is_noop():
+    x = torch.randn(4, 6, device=DEVICE).t()
+    before = x.clone()
+    with track_paths() as paths:
+        gems_copy_(x, x)
+        gems_copy_(x, x[:])  # another view with identical metadata
+    assert paths.ranks == [] and paths.fallbacks == 0
+    assert_bit_exact(x, before.cpu(), "self copy")
+
+
+@pytest.mark.copy_
+def test_copy_full_overlap_dtype_view():
+    # Same bytes, same strides, other dtype: torch allows the in-place cast.
+    cpu = (torch.randn(8, 8) * 1000).round()
+    x = cpu.to(DEVICE, copy=True)
+    with track_paths() as paths:
+        gems_copy_(x.view(torch.int32), x)
+    ref = cpu.clone()
+    ref.view(torch.int32).copy_(ref)
+    assert paths.fallbacks == 0 and paths.ranks == [1]
+    assert_bit_exact(x, ref, "int32 view of itself")
+
+
+@pytest.mark.copy_
+def test_copy_empty():
+    with track_paths() as paths:
+        gems_copy_(torch.empty(0, 3, device=DEVICE), torch.ones(3, device=DEVICE))
+        gems_copy_(
+            torch.empty(3, 0, device=DEVICE).t(),
+            torch.empty(3, device=DEVICE).expand(0, 3),
+        )
+    assert paths.ranks == [] and paths.fallbacks == 0
+
+
+@pytest.mark.copy_
+def test_copy_zero_dim():
+    dst = torch.zeros((), device=DEVICE)
+    with track_paths() as paths:
+        gems_copy_(dst, torch.tensor(2.5, device=DEVICE))
+        gems_copy_(torch.empty(3, device=DEVICE)[1], torch.tensor(1.0, device=DEVICE))
+    assert paths.fallbacks == 0 and paths.ranks == [1, 1]
+    assert dst.item() == 2.5
+
+
+@pytest.mark.copy_
+def test_copy_zero_tensors():
+    z = torch._efficientzerotensor(3, device=DEVICE)
+    expected = torch_error(lambda: torch._efficientzerotensor(3).copy_(torch.ones(3)))
+    with pytest.raises(expected[0]) as err:
+        copy_module().copy_(z, torch.ones(3, device=DEVICE))
+    assert str(err.value) == expected[1]
+    dst = torch.ones(2, 3, device=DEVICE)
+    copy_module().copy_(dst, torch._efficientzerotensor(3, device=DEVICE))
+    assert bool((dst.cpu() == 0).all())
+
+
+SCALAR_CASES = [
+    (value, dtype)
+    for dtype in (torch.float32, torch.bfloat16, torch.int32, torch.bool)
+    for value in (3.7, -2, True, 1e10, 2.0**-140, 1.00390625)
+    if not (dtype is torch.int32 and value == 1e10)  # overflow: undefined in C++
+]
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("value, dtype", SCALAR_CASES, ids=lambda x: str(x))
+def test_copy_python_scalar(value, dtype):
+    ref = torch.zeros(2, 3, dtype=dtype)
+    ref.copy_(value)  # torch wraps the number as a float64/int64/bool tensor
+    dst = torch.zeros(2, 3, dtype=dtype, device=DEVICE).t()
+    with track_paths() as paths:
+        copy_module().copy_(dst, value)
+    assert paths.fallbacks == 0 and len(paths.ranks) == 1
+    assert_bit_exact(dst.t(), ref, f"scalar {value!r}")
+
+
+@pytest.mark.copy_
+def test_copy_python_scalar_rejects_other_types():
+    with pytest.raises(TypeError):
+        copy_module().copy_(torch.zeros(3, device=DEVICE), [1, 2, 3])
+
+
+@pytest.mark.copy_
+def test_copy_complex_to_real_keeps_warning():
+    src = torch.randn(4, 6, dtype=torch.complex64)
+    dst = torch.zeros(4, 6, device=DEVICE)
+    torch.set_warn_always(True)
+    try:
+        with track_paths() as paths, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            gems_copy_(dst, src.to(DEVICE))
+    finally:
+        torch.set_warn_always(False)
+    assert paths.fallbacks == 1 and paths.ranks == []
+    assert any("discards the imaginary part" in str(w.message) for w in caught)
+    assert_bit_exact(dst, src.real.contiguous(), "complex->real")
+
+
+@pytest.mark.copy_
+def test_copy_fallback_dtypes():
+    # float64 is disabled by the KunlunXIN descriptor; float8_e8m0fnu has no Triton type
+    cases = [(torch.float64, torch.float64), (torch.float32, torch.float64)]
+    if hasattr(torch, "float8_e8m0fnu"):
+        cases.append((torch.float8_e8m0fnu, torch.float32))
+    for src_dtype, dst_dtype in cases:
+        src = (torch.rand(3, 5) * 8).to(src_dtype)
+        dst = torch.zeros(3, 5, dtype=dst_dtype, device=DEVICE)
+        with track_paths() as paths:
+            gems_copy_(dst, src.to(DEVICE))
+        expect_fallback = not (
+            flag_gems.runtime.device.support_fp64 and src_dtype is not torch.float8_e8m0fnu
+        )
+        assert (paths.fallbacks, len(paths.ranks)) == ((1, 0) if expect_fallback else (0, 1))
+        assert_bit_exact(dst, src.to(dst_dtype), f"{src_dtype}->{dst_dtype}")
+
+
+@pytest.mark.copy_
+def test_copy_neg_view_goes_to_fallback():
+    # a lazy negation bit must be materialised, which the raw copy kernel would not do
+    src = torch.randn(3, 4)
+    dst = torch.zeros(3, 4, device=DEVICE)
+    with track_paths() as paths:
+        copy_module().copy_(dst, torch._neg_view(src.to(DEVICE)))
+    assert paths.fallbacks == 1 and paths.ranks == []
+    assert_bit_exact(dst, -src, "neg view")
+
+
+@pytest.mark.copy_
+def test_copy_quantized_and_sparse_go_to_fallback():
+    mod = copy_module()
+    q = torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8)
+    dst_q = torch.quantize_per_tensor(torch.zeros(4), 0.1, 0, torch.qint8)
+    sparse = torch.eye(3).to_sparse()
+    expected = torch_error(lambda: torch.zeros(3, 3).copy_(sparse))
+    with track_paths() as paths:
+        mod.copy_(dst_q, q)
+        with pytest.raises(expected[0]) as err:
+            mod.copy_(torch.zeros(3, 3), sparse)
+    assert str(err.value) == expected[1]
+    assert paths.fallbacks == 1 and paths.ranks == []  # + sparse: dispatched by layout
+    assert torch.equal(dst_q.int_repr(), q.int_repr())
+
+
+@pytest.mark.copy_
+def test_copy_cross_device_goes_to_fallback():
+    src = torch.empty(3, 4, device="meta")
+    expected = torch_error(lambda: torch.zeros(3, 4).copy_(src))
+    dst = torch.zeros(3, 4, device=DEVICE)
+    with track_paths() as paths, pytest.raises(expected[0]) as err:
+        copy_module().copy_(dst, src)
+    assert str(err.value) == expected[1]
+    assert paths.fallbacks == 1 and paths.ranks == []
+    if DEVICE != "cpu":  # host -> device, contiguous: the runtime's memcpy
+        cpu_src = torch.randn(3, 4)
+        with track_paths() as paths:
+            copy_module().copy_(dst, cpu_src)
+        assert paths.fallbacks == 1
+        assert_bit_exact(dst, cpu_src, "host to device")
+
+
+@pytest.mark.copy_
+def test_copy_splits_what_int32_cannot_index(monkeypatch):
+    # Shrink the per-launch bounds so the split path runs on small tensors.
+    mod = copy_module()
+    monkeypatch.setattr(mod, "_MAX_NUMEL", 300)
+    monkeypatch.setattr(mod, "_MAX_OFFSET", 1000)
+    case = Case("transpose", torch.float32, torch.bfloat16, seed=3)
+    with track_paths() as paths:
+        gems_copy_(case.dst, case.src)
+    assert paths.fallbacks == 0 and len(paths.ranks) > 2
+    case.check()
+    case = Case("dst_step_slice", torch.int64, torch.int64, seed=4)
+    with track_paths() as paths:
+        gems_copy_(case.dst, case.src)
+    assert paths.fallbacks == 0 and len(paths.ranks) > 2
+    case.check()
+
+
+# ---------------------------------------------------------------------------
+# SDPA end to end: an expanded mask materialised by copy_ and fed to attention
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.float32])
+def test_sdpa_expanded_mask(mask_dtype):
+    B, H, S, D = 2, 4, 16, 8
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(B, H, S, D, generator=gen) for _ in range(3))
+    small = torch.rand(B, 1, 1, S, generator=gen) > 0.3
+    small[..., 0] = True  # no fully masked row
+    if mask_dtype is not torch.bool:
+        small = torch.zeros(B, 1, 1, S).masked_fill(~small, float("-inf"))
+    small = small.to(mask_dtype)
+
+    mask = torch.empty(B, H, S, S, dtype=mask_dtype, device=DEVICE)
+    with track_paths() as paths:
+        gems_copy_(mask, small.to(DEVICE).expand(B, H, S, S))
+    assert paths.fallbacks == 0 and paths.ranks == [3]
+    assert_bit_exact(mask, small.expand(B, H, S, S).contiguous(), "sdpa mask")
+
+    dq, dk, dv = (t.to(DEVICE) for t in (q, k, v))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    out = sdpa(dq, dk, dv, attn_mask=mask)
+    ref = sdpa(dq, dk, dv, attn_mask=small.expand(B, H, S, S).contiguous().to(DEVICE))
+    assert_bit_exact(out, ref.cpu(), "sdpa output")
+    # the seed's scenario: the expanded view straight into attention under use_gems
+    with flag_gems.use_gems(include=["copy_"]):
+        direct = sdpa(dq, dk, dv, attn_mask=small.to(DEVICE).expand(B, H, S, S))
+    torch.testing.assert_close(direct.cpu(), ref.cpu(), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# property-based fuzz: random shapes, views and dtype pairs
+# ---------------------------------------------------------------------------
+
+hypothesis = pytest.importorskip("hypothesis")
+st = hypothesis.strategies
+FUZZ_EXAMPLES = int(__import__("os").environ.get("GEMS_COPY_FUZZ_EXAMPLES", "1000"))
+
+
+@st.composite
+def strided_views(draw, shape, allow_broadcast):
+    """A view of `shape` over a fresh base: permuted, stepped, offset, maybe expanded."""
+    rank = len(shape)
+    dims = []  # per dim: (broadcast, step, start)
+    for size in shape:
+        broadcast = allow_broadcast and size != 1 and draw(st.integers(0, 5)) == 0
+        dims.append((broadcast, draw(st.sampled_from([1, 1, 2, 3])), draw(st.integers(0, 1))))
+    dropped = draw(st.integers(0, rank)) if allow_broadcast else 0
+    perm = draw(st.permutations(range(rank - dropped)))
+    kept = dims[dropped:]
+    kept_shape = shape[dropped:]
+    base_shape = [1 if b else n * step + start for n, (b, step, start) in zip(kept_shape, kept)]
+
+    def view(base):
+        t = base.permute(sorted(range(len(perm)), key=lambda i: perm[i]))
+        index = tuple(
+            slice(0, 1) if b else slice(start, start + n * step, step)
+            for n, (b, step, start) in zip(kept_shape, kept)
+        )
+        return t[index].expand(kept_shape)
+
+    spec = f"base{tuple(base_shape[p] for p in perm)}.permute(inv{tuple(perm)})[{kept}] over {shape}"
+    return [base_shape[p] for p in perm], view, spec
+
+
+@st.composite
+def copy_problems(draw):
+    rank = draw(st.integers(0, 6))
+    shape = tuple(draw(st.sampled_from([0, 1, 1, 2, 2, 3, 3, 4])) for _ in range(rank))
+    pair = draw(st.sampled_from(DTYPE_PAIRS))
+    src = draw(strided_views(shape, allow_broadcast=True))
+    dst = draw(strided_views(shape, allow_broadcast=False))
+    return shape, pair, src, dst
+
+
+@pytest.mark.copy_
+@hypothesis.settings(
+    max_examples=FUZZ_EXAMPLES,
+    deadline=None,
+    derandomize=bool(__import__("os").environ.get("CI")),
+    suppress_health_check=list(hypothesis.HealthCheck),
+)
+@hypothesis.given(problem=copy_problems(), seed=st.integers(0, 2**16))
+def test_copy_fuzz(problem, seed):
+    shape, (src_dtype, dst_dtype), src, dst = problem
+    (src_base_shape, src_view, src_spec), (dst_base_shape, dst_view, dst_spec) = src, dst
+    layout = f"{SHORT[src_dtype]}->{SHORT[dst_dtype]} src={src_spec} dst={dst_spec}"
+    hypothesis.note(layout)
+    gen = torch.Generator().manual_seed(seed)
+    src_base = make_values(tuple(src_base_shape), src_dtype, dst_dtype, gen)
+    dst_base = make_values(tuple(dst_base_shape), dst_dtype, dst_dtype, gen)
+    dev_dst_base = dst_base.to(DEVICE, copy=True)
+    with track_paths() as paths:
+        gems_copy_(dst_view(dev_dst_base), src_view(src_base.to(DEVICE, copy=True)))
+    numel = 1
+    for n in shape:
+        numel *= n
+    assert paths.fallbacks == 0, layout
+    assert len(paths.ranks) == (1 if numel else 0), layout
+    ref = dst_base.clone()
+    dst_view(ref).copy_(src_view(src_base))
+    assert_bit_exact(dev_dst_base, ref, layout, src_dtype == dst_dtype)
