@@ -148,7 +148,9 @@ def make_values(shape, dtype, target, gen):
             for i, v in enumerate(specials[: flat.numel() // 8]):
                 flat[i * 7 % flat.numel()] = v
         elif target is torch.bool:
-            x = torch.randn(shape, generator=gen) * (torch.rand(shape, generator=gen) > 0.3)
+            x = torch.randn(shape, generator=gen) * (
+                torch.rand(shape, generator=gen) > 0.3
+            )
         else:  # in range of every integer target, with fractions to truncate
             lo, hi = (0, 200) if target is torch.uint8 else (-100, 100)
             x = torch.randint(lo, hi, shape, generator=gen) + torch.rand(
@@ -184,7 +186,9 @@ class Case:
         return ref
 
     def check(self):
-        assert_bit_exact(self.dev_dst_base, self.reference(), self.name, self.exact_nans)
+        assert_bit_exact(
+            self.dev_dst_base, self.reference(), self.name, self.exact_nans
+        )
 
 
 def host_view(t):
@@ -345,7 +349,11 @@ def test_copy_functional_overlapping_template():
 
 @pytest.mark.copy_
 @pytest.mark.parametrize("rank", range(1, 9))
-@pytest.mark.parametrize("pair", [(torch.float32, torch.float32), (torch.float32, torch.bfloat16)], ids=_pair_id)
+@pytest.mark.parametrize(
+    "pair",
+    [(torch.float32, torch.float32), (torch.float32, torch.bfloat16)],
+    ids=_pair_id,
+)
 def test_copy_rank_coverage(rank, pair):
     shape = tuple(2 + (i % 2) for i in range(rank))
     gen = torch.Generator().manual_seed(rank)
@@ -374,7 +382,12 @@ def test_copy_rank_coverage(rank, pair):
         # contiguous
         ((4, 5, 6), (30, 6, 1), (30, 6, 1), ((120,), (1,), (1,))),
         # SDPA mask (B,1,1,S) -> (B,H,S,S): H and the query dim merge
-        ((2, 8, 16, 16), (2048, 256, 16, 1), (16, 0, 0, 1), ((2, 128, 16), (2048, 16, 1), (16, 0, 1))),
+        (
+            (2, 8, 16, 16),
+            (2048, 256, 16, 1),
+            (16, 0, 0, 1),
+            ((2, 128, 16), (2048, 16, 1), (16, 0, 1)),
+        ),
         # contiguous source into a transposed destination: destination order wins
         ((4, 5), (1, 4), (5, 1), ((5, 4), (4, 1), (1, 5))),
         # size-1 dims vanish
@@ -397,7 +410,13 @@ def test_coalesce(shape, dst_strides, src_strides, expected):
 @pytest.mark.copy_
 @pytest.mark.parametrize(
     "dst_shape, src_shape",
-    [((2, 3), (4,)), ((2, 3), (4, 3)), ((3,), (2, 3)), ((1, 3), (2, 3)), ((0, 3), (4,))],
+    [
+        ((2, 3), (4,)),
+        ((2, 3), (4, 3)),
+        ((3,), (2, 3)),
+        ((1, 3), (2, 3)),
+        ((0, 3), (4,)),
+    ],
 )
 def test_copy_illegal_broadcast(dst_shape, src_shape):
     expected = torch_error(lambda: torch.zeros(dst_shape).copy_(torch.ones(src_shape)))
@@ -574,9 +593,12 @@ def test_copy_fallback_dtypes():
         with track_paths() as paths:
             gems_copy_(dst, src.to(DEVICE))
         expect_fallback = not (
-            flag_gems.runtime.device.support_fp64 and src_dtype is not torch.float8_e8m0fnu
+            flag_gems.runtime.device.support_fp64
+            and src_dtype is not torch.float8_e8m0fnu
         )
-        assert (paths.fallbacks, len(paths.ranks)) == ((1, 0) if expect_fallback else (0, 1))
+        assert (paths.fallbacks, len(paths.ranks)) == (
+            (1, 0) if expect_fallback else (0, 1)
+        )
         assert_bit_exact(dst, src.to(dst_dtype), f"{src_dtype}->{dst_dtype}")
 
 
@@ -692,12 +714,16 @@ def strided_views(draw, shape, allow_broadcast):
     dims = []  # per dim: (broadcast, step, start)
     for size in shape:
         broadcast = allow_broadcast and size != 1 and draw(st.integers(0, 5)) == 0
-        dims.append((broadcast, draw(st.sampled_from([1, 1, 2, 3])), draw(st.integers(0, 1))))
+        dims.append(
+            (broadcast, draw(st.sampled_from([1, 1, 2, 3])), draw(st.integers(0, 1)))
+        )
     dropped = draw(st.integers(0, rank)) if allow_broadcast else 0
     perm = draw(st.permutations(range(rank - dropped)))
     kept = dims[dropped:]
     kept_shape = shape[dropped:]
-    base_shape = [1 if b else n * step + start for n, (b, step, start) in zip(kept_shape, kept)]
+    base_shape = [
+        1 if b else n * step + start for n, (b, step, start) in zip(kept_shape, kept)
+    ]
 
     def view(base):
         t = base.permute(sorted(range(len(perm)), key=lambda i: perm[i]))
@@ -731,7 +757,10 @@ def copy_problems(draw):
 @hypothesis.given(problem=copy_problems(), seed=st.integers(0, 2**16))
 def test_copy_fuzz(problem, seed):
     shape, (src_dtype, dst_dtype), src, dst = problem
-    (src_base_shape, src_view, src_spec), (dst_base_shape, dst_view, dst_spec) = src, dst
+    (src_base_shape, src_view, src_spec), (dst_base_shape, dst_view, dst_spec) = (
+        src,
+        dst,
+    )
     layout = f"{SHORT[src_dtype]}->{SHORT[dst_dtype]} src={src_spec} dst={dst_spec}"
     hypothesis.note(layout)
     gen = torch.Generator().manual_seed(seed)

@@ -94,7 +94,13 @@ _XPU_LAUNCH_OPTION_RE = re.compile(r"^is(Close|Open)[A-Z]\w*$")
 
 # Names the kunlunxin sources read from triton.language.extra.xpu.libdevice that CUDA
 # libdevice lacks.  They become stubs that raise when called.
-XPU_ONLY_LIBDEVICE = ("xpu_trunc_div", "fast_erf", "fast_gelu", "fast_sigmoid", "fast_tanh")
+XPU_ONLY_LIBDEVICE = (
+    "xpu_trunc_div",
+    "fast_erf",
+    "fast_gelu",
+    "fast_sigmoid",
+    "fast_tanh",
+)
 
 MODE: str | None = None
 _state = threading.local()  # .staging > 0 while the interpreter writes results back
@@ -116,7 +122,9 @@ def _flag_gems_version() -> str:
     spec = importlib.util.find_spec("flag_gems")  # locate without importing
     if spec is None or spec.origin is None:
         return "not installed"
-    match = re.search(r'^__version__\s*=\s*["\']([^"\']+)["\']', Path(spec.origin).read_text(), re.M)
+    match = re.search(
+        r'^__version__\s*=\s*["\']([^"\']+)["\']', Path(spec.origin).read_text(), re.M
+    )
     return match.group(1) if match else "unknown"
 
 
@@ -125,7 +133,11 @@ def _installed_versions() -> dict[str, str]:
     import torch
     import triton
 
-    return {"torch": torch.__version__, "triton": triton.__version__, "flag_gems": _flag_gems_version()}
+    return {
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "flag_gems": _flag_gems_version(),
+    }
 
 
 def versions() -> dict[str, str | None]:
@@ -137,7 +149,9 @@ def _check_versions(mode: str) -> None:
     found = _installed_versions()
 
     def wanted(lib):
-        return " or ".join(p + "*" if p.endswith(".") else p for p in SUPPORTED_VERSIONS[lib])
+        return " or ".join(
+            p + "*" if p.endswith(".") else p for p in SUPPORTED_VERSIONS[lib]
+        )
 
     bad = [
         f"{lib} {found[lib]} (written for {wanted(lib)})"
@@ -184,7 +198,9 @@ def activate(mode: str | None = None) -> str:
         raise ValueError(f"unknown emulation mode {mode!r}; expected one of {MODES}")
     if MODE is not None:
         if mode != MODE:
-            raise RuntimeError(f"emulation already active in {MODE!r} mode; cannot switch to {mode!r}")
+            raise RuntimeError(
+                f"emulation already active in {MODE!r} mode; cannot switch to {mode!r}"
+            )
         return MODE
     _check_versions(mode)
     if mode != "native" and "flag_gems" in sys.modules:
@@ -201,7 +217,9 @@ def activate(mode: str | None = None) -> str:
         import triton
 
         if triton.knobs.runtime.interpret:
-            raise RuntimeError("cuda emulation mode runs compiled Triton; unset TRITON_INTERPRET")
+            raise RuntimeError(
+                "cuda emulation mode runs compiled Triton; unset TRITON_INTERPRET"
+            )
         os.environ["GEMS_VENDOR"] = "kunlunxin"
         _patch_triton_common()
         _patch_triton_jit_run()
@@ -211,9 +229,13 @@ def activate(mode: str | None = None) -> str:
 
 def _require(*modes: str) -> str:
     if MODE is None:
-        raise RuntimeError("call copyfix.emulation.activate() first (before importing flag_gems)")
+        raise RuntimeError(
+            "call copyfix.emulation.activate() first (before importing flag_gems)"
+        )
     if modes and MODE not in modes:
-        raise RuntimeError(f"not available in {MODE!r} mode (only in {', '.join(modes)})")
+        raise RuntimeError(
+            f"not available in {MODE!r} mode (only in {', '.join(modes)})"
+        )
     return MODE
 
 
@@ -231,7 +253,9 @@ def _setup_cpu_environment() -> None:
     if "FLAGGEMS_DB_URL" not in os.environ:
         db_dir = Path(os.environ["FLAGGEMS_CACHE_DIR"])
         db_dir.mkdir(parents=True, exist_ok=True)
-        os.environ["FLAGGEMS_DB_URL"] = f"sqlite:///{db_dir / 'copyfix_emulation_tuned_configs.db'}"
+        os.environ["FLAGGEMS_DB_URL"] = (
+            f"sqlite:///{db_dir / 'copyfix_emulation_tuned_configs.db'}"
+        )
 
 
 def cache_dir() -> Path:
@@ -270,7 +294,9 @@ def _is_xpu_launch_option(name: str) -> bool:
 def _strip_xpu_launch_options(jit_fn, kwargs: dict) -> dict:
     """Drop the XPU-only launch options the kernel does not declare as parameters."""
     declared = set(jit_fn.arg_names)
-    return {k: v for k, v in kwargs.items() if k in declared or not _is_xpu_launch_option(k)}
+    return {
+        k: v for k, v in kwargs.items() if k in declared or not _is_xpu_launch_option(k)
+    }
 
 
 def _patch_triton_common() -> None:
@@ -286,14 +312,19 @@ def _patch_triton_common() -> None:
     # the CUDA libdevice functions (same objects, no copies) plus raising stubs for the
     # XPU-only names.
     if "triton.language.extra.xpu" not in sys.modules:
-        xpu = types.ModuleType("triton.language.extra.xpu", "copyfix emulation: stand-in for XPU Triton's extra.xpu")
+        xpu = types.ModuleType(
+            "triton.language.extra.xpu",
+            "copyfix emulation: stand-in for XPU Triton's extra.xpu",
+        )
         xpu.__path__ = []
         libdevice = types.ModuleType(
             "triton.language.extra.xpu.libdevice",
             "copyfix emulation: CUDA libdevice functions plus raising stubs for XPU-only ones",
         )
         for name, value in vars(cuda_libdevice).items():
-            if getattr(value, "__module__", None) == cuda_libdevice.__name__:  # its functions only
+            if (
+                getattr(value, "__module__", None) == cuda_libdevice.__name__
+            ):  # its functions only
                 setattr(libdevice, name, value)
         for name in XPU_ONLY_LIBDEVICE:
             if not hasattr(libdevice, name):
@@ -332,7 +363,13 @@ def _patch_triton_jit_run() -> None:
         stock_run = JITFunction.run
 
         def run(self, *args, grid, warmup, **kwargs):
-            return stock_run(self, *args, grid=grid, warmup=warmup, **_strip_xpu_launch_options(self, kwargs))
+            return stock_run(
+                self,
+                *args,
+                grid=grid,
+                warmup=warmup,
+                **_strip_xpu_launch_options(self, kwargs),
+            )
 
         run._copyfix_patched = True
         run.__wrapped__ = stock_run
@@ -390,7 +427,9 @@ def _patch_triton_interpreter() -> None:
     stock_patch_lang = interpreter._patch_lang
 
     def _patch_lang(fn):
-        if not any(value is tl or value is tl.core for value in fn.__globals__.values()):
+        if not any(
+            value is tl or value is tl.core for value in fn.__globals__.values()
+        ):
             return interpreter._LangPatchScope()
         return stock_patch_lang(fn)
 
@@ -408,7 +447,9 @@ def _patch_triton_interpreter() -> None:
         src_ty, dst_ty = src.dtype.scalar, dst_type.scalar
         if src_ty == tl.bfloat16 and dst_ty != tl.bfloat16:
             value = bf16_bits_to_float32(src.data)
-            if dst_ty != tl.float32:  # triton's semantic routes bf16->X through fp32; be safe
+            if (
+                dst_ty != tl.float32
+            ):  # triton's semantic routes bf16->X through fp32; be safe
                 value = value.astype(interpreter._get_np_dtype(dst_ty))
             return interpreter.TensorHandle(value, dst_ty)
         if dst_ty == tl.bfloat16 and src_ty != tl.bfloat16:
@@ -417,7 +458,9 @@ def _patch_triton_interpreter() -> None:
             # int/bool/fp16/fp64 -> fp32 (exact or round-to-nearest-even, numpy as C does),
             # then fp32 -> bf16: the same two steps torch takes (c10::BFloat16 is built
             # from float) and Triton's NVIDIA lowering takes for int->bf16.
-            return interpreter.TensorHandle(float32_to_bf16_bits(np.asarray(src.data).astype(np.float32)), dst_ty)
+            return interpreter.TensorHandle(
+                float32_to_bf16_bits(np.asarray(src.data).astype(np.float32)), dst_ty
+            )
         return stock_cast_impl(self, src, dst_type)
 
     interpreter.InterpreterBuilder.cast_impl = cast_impl
@@ -431,8 +474,13 @@ def _patch_triton_interpreter() -> None:
     ):
         # The stock class binds these as lambdas calling self.cast_impl: nothing to rebind,
         # but make sure that is still true for this Triton.
-        if "cast_impl" not in getattr(interpreter.InterpreterBuilder, name).__code__.co_names:
-            raise RuntimeError(f"triton interpreter's InterpreterBuilder.{name} no longer goes through cast_impl")
+        if (
+            "cast_impl"
+            not in getattr(interpreter.InterpreterBuilder, name).__code__.co_names
+        ):
+            raise RuntimeError(
+                f"triton interpreter's InterpreterBuilder.{name} no longer goes through cast_impl"
+            )
 
     # --- triton 3.6.0 runtime/interpreter.py GridExecutor._restore_args_dev: after a
     # launch the interpreter writes its host copies back with `storage.copy_(host)`.
@@ -466,7 +514,9 @@ def _patch_triton_interpreter() -> None:
         if isinstance(arg, torch.Tensor) or not hasattr(arg, "data_ptr"):
             return False
         storage = getattr(arg, "untyped_storage", None)
-        return storage is not None and getattr(storage(), "device", None) == torch.device("cpu")
+        return storage is not None and getattr(
+            storage(), "device", None
+        ) == torch.device("cpu")
 
     def _init_args_hst(self, args_dev, kwargs):
         kept = {i: a for i, a in enumerate(args_dev) if _passes_through(a)}
@@ -631,7 +681,9 @@ def base_copy_module() -> types.ModuleType:
         _check_base_file(current.__file__)
         return current
     _check_base_file(path)
-    spec = importlib.util.spec_from_file_location("_kunlunxin.ops._copyfix_base_copy", path)
+    spec = importlib.util.spec_from_file_location(
+        "_kunlunxin.ops._copyfix_base_copy", path
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     _check_copy_module(module)
@@ -661,9 +713,15 @@ def _base_copy_path() -> str | None:
     if KUNLUNXIN_COPY_RELPATH in getattr(info, "REPLACED", ()):
         import flag_gems
 
-        preimage = Path(flag_gems.__file__).parent / "_overlay_preimages" / KUNLUNXIN_COPY_RELPATH
+        preimage = (
+            Path(flag_gems.__file__).parent
+            / "_overlay_preimages"
+            / KUNLUNXIN_COPY_RELPATH
+        )
         if not preimage.is_file():
-            raise RuntimeError(f"overlay replaced {KUNLUNXIN_COPY_RELPATH} but its pre-image {preimage} is missing")
+            raise RuntimeError(
+                f"overlay replaced {KUNLUNXIN_COPY_RELPATH} but its pre-image {preimage} is missing"
+            )
         return str(preimage)
     return None
 
@@ -730,7 +788,9 @@ def cpu_dispatch(module: types.ModuleType | None = None) -> Iterator[None]:
         return
     target = module if module is not None else copy_module()
     _check_copy_module(target)
-    native_keyset = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
+    native_keyset = torch._C.DispatchKeySet(
+        torch._C.DispatchKey.CompositeExplicitAutograd
+    )
 
     # The operator's C++ handle, found afresh: bypasses OpOverload.redispatch, so neither
     # a test's mock of it nor xpu_fallback_failure() sees the bypassed calls.
@@ -740,7 +800,9 @@ def cpu_dispatch(module: types.ModuleType | None = None) -> Iterator[None]:
         if getattr(_state, "staging", 0):  # the interpreter's write-back (see above)
             return native.redispatch_boxed(native_keyset, dst, src, non_blocking)
         if not isinstance(src, torch.Tensor):  # a CPU-internal wrapped number
-            return native.redispatch_boxed(native_keyset, dst, _wrapped_number_tensor(src), non_blocking)
+            return native.redispatch_boxed(
+                native_keyset, dst, _wrapped_number_tensor(src), non_blocking
+            )
         return target.copy_(dst, src, non_blocking)
 
     # torch 2.13.0 (2.11.x): torch.library.Library("aten", "IMPL").impl(name, fn, "CPU")
@@ -765,7 +827,11 @@ class _FailingNonContiguousHandle:
     def redispatch_boxed(self, keyset, *args, **kwargs):
         import torch
 
-        tensors = [a for a in list(args[:2]) + [kwargs.get("self"), kwargs.get("src")] if isinstance(a, torch.Tensor)]
+        tensors = [
+            a
+            for a in list(args[:2]) + [kwargs.get("self"), kwargs.get("src")]
+            if isinstance(a, torch.Tensor)
+        ]
         if any(not t.is_contiguous() for t in tensors):
             raise _invalid_device_function()
         return self._stock.redispatch_boxed(keyset, *args, **kwargs)

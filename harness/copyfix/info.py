@@ -21,8 +21,10 @@ def describe() -> str:
         f"base: {info.BASE_ORIGIN}",
         f"overlay active ({'editable, live symlinks' if info.EDITABLE else 'copied'}):",
     ]
-    lines += [f"  {f}{'  (replaces base file)' if f.split('flag_gems/', 1)[1] in info.REPLACED else ''}"
-              for f in info.OVERLAY_FILES]
+    lines += [
+        f"  {f}{'  (replaces base file)' if f.split('flag_gems/', 1)[1] in info.REPLACED else ''}"
+        for f in info.OVERLAY_FILES
+    ]
     return "\n".join(lines)
 
 

@@ -8,9 +8,8 @@ skipped test as a pass: in this repository every collected test must execute
 
 import os
 
-import pytest
-
 from copyfix import emulation
+
 
 def pytest_addoption(parser):
     parser.addoption(
@@ -22,7 +21,9 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    emulation.activate(config.getoption("--emulation") or os.environ.get(emulation.ENV_MODE))
+    emulation.activate(
+        config.getoption("--emulation") or os.environ.get(emulation.ENV_MODE)
+    )
 
 
 def pytest_report_header(config):
@@ -32,6 +33,12 @@ def pytest_report_header(config):
 
 def pytest_runtest_logreport(report):
     if report.skipped:
-        reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr
+        reason = (
+            report.longrepr[-1]
+            if isinstance(report.longrepr, tuple)
+            else report.longrepr
+        )
         report.outcome = "failed"
-        report.longrepr = f"skipped test counted as a failure in this repository: {reason}"
+        report.longrepr = (
+            f"skipped test counted as a failure in this repository: {reason}"
+        )

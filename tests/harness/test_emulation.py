@@ -10,10 +10,10 @@ import hashlib
 import os
 import re
 import shutil
-from pathlib import Path
 import subprocess
 import sys
 import types
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -39,7 +39,9 @@ def spies():
     module = emulation.copy_module()
     with (
         mock.patch.object(COPY_OP, "redispatch", wraps=COPY_OP.redispatch) as fallback,
-        mock.patch.object(module._copy_kernel, "instantiate", wraps=module._copy_kernel.instantiate) as launch,
+        mock.patch.object(
+            module._copy_kernel, "instantiate", wraps=module._copy_kernel.instantiate
+        ) as launch,
     ):
         yield types.SimpleNamespace(module=module, fallback=fallback, launch=launch)
 
@@ -49,13 +51,19 @@ def kernel_copy(spies, src, dtype):
     dst = torch.empty(src.shape, dtype=dtype, device=DEV)
     launches = spies.launch.call_count
     spies.module.copy_(dst, src)
-    assert spies.fallback.call_count == 0, "copy went to torch's fallback, not the Triton kernel"
+    assert spies.fallback.call_count == 0, (
+        "copy went to torch's fallback, not the Triton kernel"
+    )
     assert spies.launch.call_count == launches + 1
     return dst
 
 
 def bits(t):
-    return t.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    return t.view(
+        {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[
+            t.element_size()
+        ]
+    )
 
 
 def assert_same_bits(out, ref):
@@ -68,7 +76,9 @@ def assert_same_bits(out, ref):
     mismatch = (bits(out) != bits(ref)) & keep
     if mismatch.any():
         i = mismatch.nonzero()[:5].flatten().tolist()
-        raise AssertionError(f"{int(mismatch.sum())} mismatches, e.g. at {i}: {bits(out)[i]} != {bits(ref)[i]}")
+        raise AssertionError(
+            f"{int(mismatch.sum())} mismatches, e.g. at {i}: {bits(out)[i]} != {bits(ref)[i]}"
+        )
 
 
 def fp32_from_bits(values):
@@ -77,7 +87,9 @@ def fp32_from_bits(values):
 
 def fp32_rounding_cases():
     rng = np.random.default_rng(1234)
-    bf = rng.integers(0, 0x10000, 400, dtype=np.uint32) << 16  # random bf16 values, as fp32
+    bf = (
+        rng.integers(0, 0x10000, 400, dtype=np.uint32) << 16
+    )  # random bf16 values, as fp32
     finite = bf[(bf & 0x7F800000) != 0x7F800000]
     cases = [
         finite | 0x8000,  # exact ties, both even and odd bf16 neighbours
@@ -85,7 +97,8 @@ def fp32_rounding_cases():
         finite | 0x8001,  # just above a tie
         finite | rng.integers(0, 0x10000, finite.size, dtype=np.uint32),  # anything
         rng.integers(0, 0x800000, 50, dtype=np.uint32),  # fp32 subnormals
-        rng.integers(0, 0x800000, 50, dtype=np.uint32) | 0x80000000,  # negative subnormals
+        rng.integers(0, 0x800000, 50, dtype=np.uint32)
+        | 0x80000000,  # negative subnormals
         np.array(
             [
                 0x00000000,
@@ -147,7 +160,9 @@ def test_generated_wrapper_launches_12_ctas(spies):
     source = open(overload.__code__.co_filename).read()
     assert str(emulation.cache_dir()) in overload.__code__.co_filename
     assert "num_ctas = 12 # XPU BLOCK_NUM" in source
-    kernel = overload.__globals__[f"{module._copy_kernel._scalar_fn.__name__}_kernel_rank_2"]
+    kernel = overload.__globals__[
+        f"{module._copy_kernel._scalar_fn.__name__}_kernel_rank_2"
+    ]
     src = torch.randn(4, 128, device=DEV)
     dst = torch.empty(4, 128, device=DEV, dtype=torch.float16)
     with contextlib.ExitStack() as stack:
@@ -156,7 +171,9 @@ def test_generated_wrapper_launches_12_ctas(spies):
             from triton.runtime import interpreter
 
             builder = interpreter.interpreter_builder
-            programs = stack.enter_context(mock.patch.object(builder, "set_grid_idx", wraps=builder.set_grid_idx))
+            programs = stack.enter_context(
+                mock.patch.object(builder, "set_grid_idx", wraps=builder.set_grid_idx)
+            )
         overload(src, out0=dst)
         assert launch.call_count == 1
         assert tuple(launch.call_args.kwargs["grid"]) == (12, 1, 1)
@@ -172,7 +189,10 @@ def test_fp32_to_bf16_rounds_to_nearest_even_like_torch(spies):
     assert torch.isnan(out[src.isnan()].float()).all()
 
 
-@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool])
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool],
+)
 def test_int_and_bool_to_bf16_like_torch(spies, dtype):
     rng = np.random.default_rng(7)
     if dtype == torch.bool:
@@ -185,7 +205,12 @@ def test_int_and_bool_to_bf16_like_torch(spies, dtype):
             # int->fp32->bf16, which differs from a single rounding here
             values += [0x1008001, 0x1018001, 0x7FFFFFC0, -0x1008001, 2**24 + 1]
         if dtype == torch.int64:
-            values += [2**62 + 2**38 + 1, -(2**53) - 1, 2**63 - 1, 2**40 + 2**32 + 2**31]
+            values += [
+                2**62 + 2**38 + 1,
+                -(2**53) - 1,
+                2**63 - 1,
+                2**40 + 2**32 + 2**31,
+            ]
         values = [v for v in values if info.min <= v <= info.max]
         randoms = rng.integers(info.min, info.max, 200, dtype=np.int64, endpoint=True)
         src = torch.tensor(values + randoms.tolist(), dtype=dtype)
@@ -196,18 +221,30 @@ def test_int_and_bool_to_bf16_like_torch(spies, dtype):
 
 def test_fp16_to_bf16_like_torch(spies):
     # (float64 is not a Triton dtype on KunlunXIN: the copy_ sends it to aten)
-    src16 = torch.from_numpy(np.arange(0, 0x10000, 7, dtype=np.uint16).view(np.float16).copy()).to(DEV)
-    assert_same_bits(kernel_copy(spies, src16, torch.bfloat16), src16.to(torch.bfloat16))
+    src16 = torch.from_numpy(
+        np.arange(0, 0x10000, 7, dtype=np.uint16).view(np.float16).copy()
+    ).to(DEV)
+    assert_same_bits(
+        kernel_copy(spies, src16, torch.bfloat16), src16.to(torch.bfloat16)
+    )
 
 
 def test_bf16_to_other_types_is_exact(spies):
-    every_bf16 = torch.from_numpy(np.arange(0, 0x10000, dtype=np.uint16).view(np.int16).copy()).view(torch.bfloat16)
+    every_bf16 = torch.from_numpy(
+        np.arange(0, 0x10000, dtype=np.uint16).view(np.int16).copy()
+    ).view(torch.bfloat16)
     every_bf16 = every_bf16.to(DEV)
     # includes bf16 subnormals, which the stock interpreter maps wrongly
     assert_same_bits(kernel_copy(spies, every_bf16, torch.float32), every_bf16.float())
-    assert_same_bits(kernel_copy(spies, every_bf16, torch.float16), every_bf16.to(torch.float16))
-    in_range = every_bf16[every_bf16.float().abs() < 2**31]  # float->int outside the range is UB
-    assert torch.equal(kernel_copy(spies, in_range, torch.int32), in_range.to(torch.int32))  # toward zero
+    assert_same_bits(
+        kernel_copy(spies, every_bf16, torch.float16), every_bf16.to(torch.float16)
+    )
+    in_range = every_bf16[
+        every_bf16.float().abs() < 2**31
+    ]  # float->int outside the range is UB
+    assert torch.equal(
+        kernel_copy(spies, in_range, torch.int32), in_range.to(torch.int32)
+    )  # toward zero
     # (bf16 -> bool through the kernel goes via int8: see test_bool_store_truncation_...)
 
 
@@ -215,15 +252,24 @@ def test_other_conversions_are_exact(spies):
     src = fp32_rounding_cases().to(DEV)
     assert_same_bits(kernel_copy(spies, src, torch.float16), src.to(torch.float16))
     in_range = src[src.abs() < 2**31]
-    assert torch.equal(kernel_copy(spies, in_range, torch.int32), in_range.to(torch.int32))
     assert torch.equal(
-        kernel_copy(spies, torch.tensor([-2.7, -0.5, 0.5, 2.7], device=DEV), torch.int64).cpu(),
+        kernel_copy(spies, in_range, torch.int32), in_range.to(torch.int32)
+    )
+    assert torch.equal(
+        kernel_copy(
+            spies, torch.tensor([-2.7, -0.5, 0.5, 2.7], device=DEV), torch.int64
+        ).cpu(),
         torch.tensor([-2, 0, 0, 2]),
     )
-    big = torch.tensor([2**63 - 1, -(2**63), 2**53 + 1, -(2**62) - 3, 0x0123456789ABCDEF], dtype=torch.int64)
+    big = torch.tensor(
+        [2**63 - 1, -(2**63), 2**53 + 1, -(2**62) - 3, 0x0123456789ABCDEF],
+        dtype=torch.int64,
+    )
     big = big.to(DEV)
     assert torch.equal(kernel_copy(spies, big, torch.int64), big)
-    assert torch.equal(kernel_copy(spies, big, torch.int32), big.to(torch.int32))  # wraps like torch
+    assert torch.equal(
+        kernel_copy(spies, big, torch.int32), big.to(torch.int32)
+    )  # wraps like torch
     flags = torch.tensor([True, False, True, True], device=DEV)
     assert torch.equal(kernel_copy(spies, flags, torch.bool), flags)
     assert torch.equal(kernel_copy(spies, flags, torch.int64), flags.long())
@@ -259,9 +305,13 @@ def test_xpu_failure_reproduces_the_bug_with_the_base_module():
     with (
         emulation.xpu_fallback_failure(),
         mock.patch.object(COPY_OP, "redispatch", wraps=COPY_OP.redispatch) as fallback,
-        mock.patch.object(base._copy_kernel, "instantiate", wraps=base._copy_kernel.instantiate) as launch,
+        mock.patch.object(
+            base._copy_kernel, "instantiate", wraps=base._copy_kernel.instantiate
+        ) as launch,
     ):
-        with pytest.raises(torch.AcceleratorError, match="invalid device function") as failure:
+        with pytest.raises(
+            torch.AcceleratorError, match="invalid device function"
+        ) as failure:
             base_copy(base, dst, a.expand(4, 128))
         if MODE != "native":
             assert failure.value.error_code == 98  # cudaErrorInvalidDeviceFunction
@@ -288,13 +338,17 @@ def test_xpu_fallback_failure_spares_contiguous_fallbacks_and_composes_with_mock
                 module.copy_(out[::2], z[::2])
             with pytest.raises(torch.AcceleratorError):
                 COPY_OP.redispatch(
-                    torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd),
+                    torch._C.DispatchKeySet(
+                        torch._C.DispatchKey.CompositeExplicitAutograd
+                    ),
                     torch.empty(3, 4, device=DEV).t(),
                     torch.ones(4, 3, device=DEV),
                     False,
                 )
         assert fallback.call_count == 3
-    assert not isinstance(COPY_OP.__dict__.get("_handle"), emulation._FailingNonContiguousHandle)
+    assert not isinstance(
+        COPY_OP.__dict__.get("_handle"), emulation._FailingNonContiguousHandle
+    )
     if MODE != "native":
         module.copy_(out[::2], z[::2])  # restored
         assert torch.equal(out[::2], z[::2])
@@ -310,7 +364,9 @@ def test_cpu_dispatch_routes_tensor_copy_to_kunlunxin_and_unregisters(spies):
             dst.copy_(src)
             assert spies.launch.call_count == 1 and spies.fallback.call_count == 0
             if MODE == "cpu":
-                assert spy.call_count == 1  # the interpreter's own write-back is not routed
+                assert (
+                    spy.call_count == 1
+                )  # the interpreter's own write-back is not routed
                 assert spy.call_args.args[0] is dst and spy.call_args.args[1] is src
                 # isfinite copies the Python scalar inf into a 0-dim CPU tensor (a wrapped
                 # number, handed to Python kernels as a float): CPU-internal, not routed
@@ -318,7 +374,9 @@ def test_cpu_dispatch_routes_tensor_copy_to_kunlunxin_and_unregisters(spies):
                 assert spy.call_count == 1
         assert torch.equal(dst, src)
         dst.copy_(zeros)
-        assert spies.launch.call_count == 1 and spy.call_count == (1 if MODE == "cpu" else 0)
+        assert spies.launch.call_count == 1 and spy.call_count == (
+            1 if MODE == "cpu" else 0
+        )
     assert torch.equal(dst, zeros)
 
 
@@ -332,10 +390,16 @@ def test_kunlunxin_fallback_inside_cpu_dispatch_does_not_recurse(spies):
     assert torch.equal(dst, a.real)
 
 
-def test_base_copy_module_loads_the_recorded_base_file_separately(tmp_path, monkeypatch):
+def test_base_copy_module_loads_the_recorded_base_file_separately(
+    tmp_path, monkeypatch
+):
     current = emulation.copy_module()
     base_file = tmp_path / "copy.py"
-    kept = Path(flag_gems.__file__).parent / "_overlay_preimages" / emulation.KUNLUNXIN_COPY_RELPATH
+    kept = (
+        Path(flag_gems.__file__).parent
+        / "_overlay_preimages"
+        / emulation.KUNLUNXIN_COPY_RELPATH
+    )
     # a pristine pre-image, moved elsewhere: the one the build kept, else the installed base
     shutil.copyfile(kept if kept.is_file() else current.__file__, base_file)
     info = types.ModuleType("flag_gems._overlay_info")
@@ -346,14 +410,21 @@ def test_base_copy_module_loads_the_recorded_base_file_separately(tmp_path, monk
     assert base is not current and base.__file__ == str(base_file)
     assert base.copy_ is not current.copy_ and base.copy_.__globals__ is vars(base)
     assert sys.modules["_kunlunxin.ops.copy"] is current
-    src, dst = torch.randn(10, device=DEV), torch.empty(10, dtype=torch.bfloat16, device=DEV)
-    with mock.patch.object(base._copy_kernel, "instantiate", wraps=base._copy_kernel.instantiate) as launch:
+    src, dst = (
+        torch.randn(10, device=DEV),
+        torch.empty(10, dtype=torch.bfloat16, device=DEV),
+    )
+    with mock.patch.object(
+        base._copy_kernel, "instantiate", wraps=base._copy_kernel.instantiate
+    ) as launch:
         base.copy_(dst, src)
     assert launch.call_count == 1
     assert_same_bits(dst, src.to(torch.bfloat16))
 
 
-def test_base_copy_module_refuses_a_file_that_is_not_a_known_base(tmp_path, monkeypatch):
+def test_base_copy_module_refuses_a_file_that_is_not_a_known_base(
+    tmp_path, monkeypatch
+):
     base_file = tmp_path / "copy.py"
     base_file.write_text(open(emulation.copy_module().__file__).read() + "\n# edited\n")
     info = types.ModuleType("flag_gems._overlay_info")
@@ -365,7 +436,9 @@ def test_base_copy_module_refuses_a_file_that_is_not_a_known_base(tmp_path, monk
 
 
 def test_base_copy_module_without_overlay_is_the_installed_module(monkeypatch):
-    monkeypatch.setitem(sys.modules, "flag_gems._overlay_info", None)  # as if not installed
+    monkeypatch.setitem(
+        sys.modules, "flag_gems._overlay_info", None
+    )  # as if not installed
     monkeypatch.setattr(emulation, "_base_copy_module", None)
     current = emulation.copy_module()
     digest = hashlib.sha256(open(current.__file__, "rb").read()).hexdigest()
@@ -376,20 +449,28 @@ def test_base_copy_module_without_overlay_is_the_installed_module(monkeypatch):
             emulation.base_copy_module()
 
 
-@pytest.mark.parametrize("lib, fake", [("torch", "2.12.0+cpu"), ("triton", "3.5.1"), ("flag_gems", "5.1.0")])
+@pytest.mark.parametrize(
+    "lib, fake", [("torch", "2.12.0+cpu"), ("triton", "3.5.1"), ("flag_gems", "5.1.0")]
+)
 def test_activate_refuses_versions_it_was_not_written_for(monkeypatch, lib, fake):
     real = emulation._installed_versions()
     monkeypatch.setattr(emulation, "_installed_versions", lambda: {**real, lib: fake})
     monkeypatch.setattr(emulation, "MODE", None)
     mode = "native" if lib == "flag_gems" else "cpu"
-    with pytest.raises(RuntimeError, match=rf"refuses to run.*{lib} {re.escape(fake)} \(written for"):
+    with pytest.raises(
+        RuntimeError, match=rf"refuses to run.*{lib} {re.escape(fake)} \(written for"
+    ):
         emulation.activate(mode)
     assert emulation.MODE is None
 
 
 def test_version_check_accepts_the_supported_versions(monkeypatch):
     for torch_version in ("2.13.0+cpu", "2.11.0+cu128", "2.11.1"):
-        fake = {"torch": torch_version, "triton": "3.6.0", "flag_gems": "5.0.2+kunlunxin.copyfix"}
+        fake = {
+            "torch": torch_version,
+            "triton": "3.6.0",
+            "flag_gems": "5.0.2+kunlunxin.copyfix",
+        }
         monkeypatch.setattr(emulation, "_installed_versions", lambda fake=fake: fake)
         emulation._check_versions("cpu")
         emulation._check_versions("cuda")
@@ -406,7 +487,9 @@ def test_xpu_libdevice_module_and_stubs():
     assert callable(libdevice.xpu_trunc_div) and callable(libdevice.rint)
     if MODE == "native":  # KunlunXIN's own Triton provides them
         return
-    assert libdevice.rint is cuda_libdevice.rint and libdevice.log2 is cuda_libdevice.log2
+    assert (
+        libdevice.rint is cuda_libdevice.rint and libdevice.log2 is cuda_libdevice.log2
+    )
     for name in emulation.XPU_ONLY_LIBDEVICE:
         with pytest.raises(NotImplementedError, match=name):
             getattr(libdevice, name)(1, 2)
@@ -422,7 +505,11 @@ def test_xpu_launch_options_are_stripped_only_when_undeclared():
         "unroll_num": 2,
         "tile_size": 64,
     }
-    assert emulation._strip_xpu_launch_options(kernel, kwargs) == {"num_warps": 4, "unroll_num": 2, "tile_size": 64}
+    assert emulation._strip_xpu_launch_options(kernel, kwargs) == {
+        "num_warps": 4,
+        "unroll_num": 2,
+        "tile_size": 64,
+    }
 
 
 def test_autotune_tolerates_generate_configs():
@@ -460,7 +547,17 @@ def test_cuda_mode_activation_smoke():
         "assert 'flag_gems' not in sys.modules\n"
         "print('ok')\n"
     )
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "GEMS_VENDOR")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TRITON_INTERPRET", "GEMS_VENDOR")
+    }
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr

@@ -286,9 +286,7 @@ def _launch(dst: torch.Tensor, src: torch.Tensor) -> None:
         return _launch(dst[half:], src[half:])
     to_bool = dst.dtype is torch.bool and src.dtype is not torch.bool
     kernel = (_copy_to_bool_kernel if to_bool else _copy_kernel).instantiate(len(shape))
-    kernel(
-        src.as_strided(shape, src_strides), out0=dst.as_strided(shape, dst_strides)
-    )
+    kernel(src.as_strided(shape, src_strides), out0=dst.as_strided(shape, dst_strides))
 
 
 def copy(

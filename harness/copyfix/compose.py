@@ -1,0 +1,127 @@
+"""Compose flag_gems = pinned base + this repo's overlay.
+
+Harness file (not part of the upstream PR). Called by hatch_build.py for
+`pip install -e .` and for wheel builds:
+
+1. find the base: $FLAGGEMS_BASE (a FlagGems checkout, or a directory holding
+   flag_gems/) or else the flag-gems==5.0.2 that [build-system] installed;
+2. check that every base file an overlay file replaces is a known pre-image
+   ([tool.copyfix.preimages] in pyproject.toml), and stop naming the file and
+   both hashes if not;
+3. copy the base into a temporary folder, lay the overlay over it (symlinks for
+   editable installs, so edits are live; copies for wheels), keep the replaced
+   pre-images under flag_gems/_overlay_preimages/, write
+   flag_gems/_overlay_info.py, then swap the folder into build/composed. A
+   failure removes the temporary folder: nothing half-composed is left behind.
+"""
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import tomllib
+
+OVERLAY_ROOT = Path("src")
+COMPOSED = Path("build") / "composed"
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def find_base() -> tuple[Path, str]:
+    """The base flag_gems package directory and a description of where it came from."""
+    env = os.environ.get("FLAGGEMS_BASE")
+    if env:
+        root = Path(env).expanduser().resolve()
+        for candidate in (root / "src" / "flag_gems", root / "flag_gems", root):
+            if (candidate / "__init__.py").is_file() and candidate.name == "flag_gems":
+                return candidate, f"FLAGGEMS_BASE={root}"
+        raise RuntimeError(
+            f"FLAGGEMS_BASE={env}: no flag_gems package found (looked for src/flag_gems, flag_gems)"
+        )
+    spec = importlib.util.find_spec(
+        "flag_gems"
+    )  # locates without importing (no device needed)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("flag-gems base not installed in the build environment")
+    base = Path(list(spec.submodule_search_locations)[0]).resolve()
+    version = "unknown"
+    for dist in base.parent.glob("flag_gems-*.dist-info"):
+        version = dist.name[len("flag_gems-") : -len(".dist-info")]
+    return base, f"PyPI flag-gems=={version} ({base})"
+
+
+def compose(project: Path, editable: bool) -> Path:
+    preimages = tomllib.loads((project / "pyproject.toml").read_text())["tool"][
+        "copyfix"
+    ]["preimages"]
+    base, origin = find_base()
+    overlay = sorted(
+        p
+        for p in (project / OVERLAY_ROOT / "flag_gems").rglob("*.py")
+        if "__pycache__" not in p.parts
+    )
+    replaced = []
+    for src in overlay:
+        rel = src.relative_to(project / OVERLAY_ROOT / "flag_gems")
+        key = str(OVERLAY_ROOT / "flag_gems" / rel)
+        target = base / rel
+        if target.exists():
+            found = sha256(target)
+            known = preimages.get(key)
+            if known is None:
+                raise RuntimeError(
+                    f"{key} replaces a base file but has no recorded pre-image in pyproject.toml"
+                )
+            if found not in known:
+                raise RuntimeError(
+                    f"pre-image mismatch for {key}: the base file {target} has sha256 {found}, "
+                    f"the overlay was written against {' or '.join(known)}. "
+                    "Refusing to compose; rebase the overlay on this base first."
+                )
+            replaced.append(rel)
+        elif key in preimages:
+            raise RuntimeError(
+                f"{key}: expected a base file to replace at {target}, found none"
+            )
+
+    out = project / COMPOSED
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".composed-", dir=out.parent))
+    try:
+        pkg = tmp / "flag_gems"
+        shutil.copytree(base, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+        for rel in replaced:
+            keep = pkg / "_overlay_preimages" / rel
+            keep.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(base / rel, keep)
+        for src in overlay:
+            dst = pkg / src.relative_to(project / OVERLAY_ROOT / "flag_gems")
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.unlink(missing_ok=True)
+            if editable:
+                dst.symlink_to(src)
+            else:
+                shutil.copy2(src, dst)
+        info = {
+            "BASE_ORIGIN": origin,
+            "OVERLAY_FILES": [str(p.relative_to(project)) for p in overlay],
+            "REPLACED": [str(r) for r in replaced],
+            "EDITABLE": editable,
+            "OVERLAY_REPO": str(project) if editable else None,
+        }
+        (pkg / "_overlay_info.py").write_text(
+            '"""Written by hatch_build.py: what this composed flag_gems is made of."""\n'
+            + "".join(f"{k} = {v!r}\n" for k, v in info.items())
+        )
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

@@ -1,0 +1,170 @@
+"""Export the PR files: `copy.patch`, and one commit on a new branch of a FlagGems checkout.
+
+    python -m copyfix.export patch            # regenerate copy.patch (5.0.2 pre-image -> ours)
+    python -m copyfix.export check-patch      # exit 1 if copy.patch is stale
+    python -m copyfix.export pr <checkout>    # what `make pr UPSTREAM=...` runs
+
+The export refuses a checkout whose kunlunxin copy.py is not a known pre-image
+(pyproject's [tool.copyfix.preimages]: flag-gems 5.0.2, or main of 2026-08-21,
+which differs only in its licence header and logger lines), and runs the
+checkout's own lint settings (black, isort, flake8 from its .pre-commit-config.yaml)
+on the exported files before committing.
+"""
+
+import argparse
+import difflib
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import tomllib
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+COPY_PY = "src/flag_gems/runtime/backend/_kunlunxin/ops/copy.py"
+# What goes upstream, at the same paths in a FlagGems checkout.
+PR_FILES = [
+    COPY_PY,
+    "tests/test_copy_ops.py",
+    "benchmark/test_copy_strided.py",
+]
+PATCH = REPO / "copy.patch"
+BRANCH = "kunlunxin/strided-copy"
+COMMIT_MESSAGE = """[KUNLUNXIN] Route strided copy_ through the pointwise_dynamic kernel
+
+copy_ on KunlunXIN sent every non-contiguous source to aten's native strided
+copy, which torch_xmlir does not implement (`CUDA error: invalid device
+function`), e.g. for expanded SDPA masks. Strided sources and destinations now
+run through the existing pointwise_dynamic copy kernel with their real strides,
+after TensorIterator-style reordering and coalescing of dimensions, with torch's
+overlap/broadcast errors raised before any write, bool casts as `!= 0`, and
+copies beyond int32 indexing split along the outermost dimension.
+
+Adds tests/test_copy_ops.py (layout x dtype matrix, direct calls, rank 1-8,
+torch-semantics gap checks, SDPA mask end to end, hypothesis fuzz) and
+benchmark/test_copy_strided.py.
+"""
+
+
+def preimages() -> list[str]:
+    table = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["copyfix"][
+        "preimages"
+    ]
+    return table[COPY_PY]
+
+
+def base_copy_text() -> str:
+    """The flag-gems 5.0.2 copy.py, as the editable build kept it."""
+    kept = (
+        REPO
+        / "build"
+        / "composed"
+        / "flag_gems"
+        / "_overlay_preimages"
+        / COPY_PY.split("flag_gems/", 1)[1]
+    )
+    if not kept.is_file():
+        raise SystemExit(
+            f"{kept} missing: run `pip install -e .` (or `make venv`) first"
+        )
+    return kept.read_text()
+
+
+def make_patch(pre_image: str, path: str = COPY_PY) -> str:
+    ours = (REPO / path).read_text()
+    lines = difflib.unified_diff(
+        pre_image.splitlines(keepends=True),
+        ours.splitlines(keepends=True),
+        fromfile=f"a/{path}",
+        tofile=f"b/{path}",
+    )
+    return f"diff --git a/{path} b/{path}\n" + "".join(lines)
+
+
+def write_patch() -> Path:
+    PATCH.write_text(make_patch(base_copy_text()))
+    return PATCH
+
+
+def _git(checkout: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(checkout), *args], check=True, capture_output=True, text=True
+    ).stdout
+
+
+def _hook_args(config: dict, hook_id: str) -> list[str]:
+    for repo in config.get("repos", []):
+        for hook in repo.get("hooks", []):
+            if hook.get("id") == hook_id:
+                return [str(a) for a in hook.get("args", [])]
+    return []
+
+
+def upstream_lint(checkout: Path, files: list[str]) -> None:
+    """black, isort and flake8 with the arguments the checkout's pre-commit config gives them."""
+    config_path = checkout / ".pre-commit-config.yaml"
+    config = yaml.safe_load(config_path.read_text()) if config_path.is_file() else {}
+    py = [f for f in files if f.endswith(".py")]
+    bin_dir = Path(sys.executable).parent
+    for tool, hook in (("black", "black"), ("isort", "isort"), ("flake8", "flake8")):
+        check = {"black": ["--check"], "isort": ["--check-only"], "flake8": []}[tool]
+        cmd = [str(bin_dir / tool), *check, *_hook_args(config, hook), *py]
+        result = subprocess.run(cmd, cwd=checkout, capture_output=True, text=True)
+        if result.returncode:
+            raise SystemExit(
+                f"upstream {tool} rejects the exported files:\n{result.stdout}{result.stderr}"
+            )
+
+
+def export_pr(checkout: Path) -> str:
+    checkout = checkout.resolve()
+    target = checkout / COPY_PY
+    if not (checkout / ".git").exists() or not target.is_file():
+        raise SystemExit(f"{checkout} is not a FlagGems git checkout (no {COPY_PY})")
+    found = hashlib.sha256(target.read_bytes()).hexdigest()
+    if found not in preimages():
+        raise SystemExit(
+            f"refusing to export: {target} has sha256 {found}, which is not a known pre-image "
+            f"of this overlay ({', '.join(preimages())}). Rebase the overlay on that checkout first."
+        )
+    if _git(checkout, "status", "--porcelain", "--untracked-files=no").strip():
+        raise SystemExit(f"refusing to export: {checkout} has uncommitted changes")
+    _git(checkout, "switch", "-c", BRANCH)
+    for rel in PR_FILES:
+        dst = checkout / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / rel, dst)
+    upstream_lint(checkout, PR_FILES)
+    _git(checkout, "add", *PR_FILES)
+    _git(checkout, "commit", "-q", "-m", COMMIT_MESSAGE)
+    write_patch()
+    return _git(checkout, "rev-parse", "HEAD").strip()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="copyfix.export")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("patch")
+    sub.add_parser("check-patch")
+    pr = sub.add_parser("pr")
+    pr.add_argument("checkout", type=Path)
+    args = parser.parse_args(argv)
+    if args.cmd == "patch":
+        print(f"wrote {write_patch()}")
+    elif args.cmd == "check-patch":
+        if PATCH.read_text() != make_patch(base_copy_text()):
+            print("copy.patch is stale: run `make patch`", file=sys.stderr)
+            return 1
+        print("copy.patch is in sync")
+    else:
+        sha = export_pr(args.checkout)
+        print(
+            f"committed {sha[:12]} on branch {BRANCH} of {args.checkout}; copy.patch regenerated"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

