@@ -664,6 +664,40 @@ def test_copy_splits_what_int32_cannot_index(monkeypatch):
     case.check()
 
 
+@pytest.mark.copy_
+def test_copy_launch_shortcut_detection_and_exactness():
+    # The CompiledKernel shortcut is taken only where it is known to work (stock
+    # Triton 3.6 compiled kernels); the interpreter never takes it.
+    mod = copy_module()
+    supported = mod._compiled_launch_supported()
+    if DEVICE == "cpu":
+        assert not supported
+    with mock.patch.object(mod, "_launch_compiled", wraps=mod._launch_compiled) as fast:
+        for seed in range(3):  # first call builds the entry, later ones reuse it
+            case = Case("permute4d", torch.float32, torch.bfloat16, seed=seed)
+            gems_copy_(case.dst, case.src)
+            case.check()
+        # another pointer alignment of the same layout: a different entry
+        src = torch.randn(2 * 3 * 4 * 5 + 1, device=DEVICE)[1:].view(2, 3, 4, 5)
+        dst = torch.empty(2, 3, 5, 4, device=DEVICE)
+        gems_copy_(dst, src.transpose(2, 3))
+        assert_bit_exact(dst, host_view(src).transpose(2, 3).contiguous(), "offset")
+    assert fast.call_count == (4 if supported else 0)
+
+
+@pytest.mark.copy_
+def test_copy_launch_shortcut_falls_back_to_the_normal_launch(monkeypatch):
+    # Where the compiled kernel cannot be obtained, the generated wrapper runs.
+    mod = copy_module()
+    monkeypatch.setattr(mod, "_compiled_launch_supported", lambda: True)
+    monkeypatch.setattr(mod, "_compile_for", lambda *args: None)
+    case = Case("sdpa_mask", torch.float32, torch.float16, seed=7)
+    with track_paths() as paths:
+        gems_copy_(case.dst, case.src)
+    assert paths.ranks == [3] and paths.fallbacks == 0
+    case.check()
+
+
 # ---------------------------------------------------------------------------
 # SDPA end to end: an expanded mask materialised by copy_ and fed to attention
 # ---------------------------------------------------------------------------

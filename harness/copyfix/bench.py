@@ -26,6 +26,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 from copyfix import emulation, tracking
 
@@ -370,17 +371,47 @@ def host(args):
         "transpose": (torch.empty_like(a), a.t()),
     }
     print(f"mode={mode} {emulation.versions()}")
+    rows = {}
     for name, (dst, src) in cases.items():
+        shape, ds, ss = ours._coalesce(tuple(dst.shape), dst.stride(), src.stride())
+        dv, sv = dst.as_strided(shape, ds), src.as_strided(shape, ss)
+        wrapper = ours._copy_kernel.instantiate(len(shape))
         row = {"aten": timer.host_us(lambda: dst.copy_(src))}
         with flag_gems.use_gems(include=["copy_"]):
             row["ours dispatched"] = timer.host_us(lambda: dst.copy_(src))
-        row["ours direct"] = timer.host_us(lambda: ours.copy_(dst, src))
+            with mock.patch.object(ours, "_compiled_launch_supported", lambda: False):
+                row["ours dispatched, shortcut off"] = timer.host_us(
+                    lambda: dst.copy_(src)
+                )
+        row["generated wrapper only"] = timer.host_us(lambda: wrapper(sv, out0=dv))
+        with mock.patch.object(ours, "_launch", lambda d, s: None):
+            row["our checks only"] = timer.host_us(lambda: ours.copy_(dst, src))
         if src.is_contiguous():  # the base sends strided sources to aten
-            row["base 5.0.2 direct"] = timer.host_us(lambda: base.copy_(dst, src))
+            row["base 5.0.2 copy_ (direct)"] = timer.host_us(
+                lambda: base.copy_(dst, src)
+            )
+        rows[name] = row
         print(
             f"{name:11s} " + "  ".join(f"{k}={v:.1f}us" for k, v in row.items()),
             flush=True,
         )
+    if on_device:
+        RESULTS.mkdir(exist_ok=True)
+        out = RESULTS / f"copy_host_overhead_{_device_slug(torch, mode)}.json"
+        out.write_text(
+            json.dumps(
+                {
+                    "mode": mode,
+                    "versions": emulation.versions(),
+                    "device": torch.cuda.get_device_name(),
+                    "numel": HOST_SIDE * HOST_SIDE,
+                    "host_us": rows,
+                },
+                indent=1,
+            )
+            + "\n"
+        )
+        print(f"wrote {out}")
     if args.profile:
         dst, src = cases["transpose"]
         prof = cProfile.Profile()
