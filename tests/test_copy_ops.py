@@ -647,11 +647,13 @@ def test_copy_cross_device_goes_to_fallback():
 
 
 @pytest.mark.copy_
-def test_copy_splits_what_int32_cannot_index(monkeypatch):
+def test_copy_splits_what_int32_cannot_index(monkeypatch, request):
     # Shrink the per-launch bounds so the split path runs on small tensors.
     mod = copy_module()
     monkeypatch.setattr(mod, "_MAX_NUMEL", 300)
     monkeypatch.setattr(mod, "_MAX_OFFSET", 1000)
+    mod._plan.cache_clear()  # plans remember whether they fit one launch
+    request.addfinalizer(mod._plan.cache_clear)
     case = Case("transpose", torch.float32, torch.bfloat16, seed=3)
     with track_paths() as paths:
         gems_copy_(case.dst, case.src)

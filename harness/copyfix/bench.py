@@ -126,6 +126,10 @@ def measure(args):
         ("float32", "float16"),
     ]
     records = []
+    # interpreter timings say nothing about a device: keep them out of results/
+    out_dir = RESULTS if on_device else REPO / "build" / "bench"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / f"copy_perf_accuracy_{slug}.json"
     for src_name, dst_name in pairs:
         sd, dd = getattr(torch, src_name), getattr(torch, dst_name)
         names = list(layouts) if sd == dd else cast_layouts
@@ -195,6 +199,9 @@ def measure(args):
                     }
                 )
                 r = records[-1]
+                out.write_text(
+                    json.dumps(records, indent=1) + "\n"
+                )  # a cut-off run keeps its rows
                 print(
                     f"{layout:11s} {src_name}->{dst_name} n={numel:9d} rank={r['rank_after_coalescing']} "
                     f"launches={r['launches']} fallbacks={r['fallbacks']} exact={bit_exact} "
@@ -202,11 +209,6 @@ def measure(args):
                     f"host aten={_fmt(r['aten_host_us'])} gems={gems_host:.1f} us",
                     flush=True,
                 )
-    # interpreter timings say nothing about a device: keep them out of results/
-    out_dir = RESULTS if on_device else REPO / "build" / "bench"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    out = out_dir / f"copy_perf_accuracy_{slug}.json"
-    out.write_text(json.dumps(records, indent=1) + "\n")
     print(f"wrote {out}")
     if on_device:
         report()

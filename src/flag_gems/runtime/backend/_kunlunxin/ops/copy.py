@@ -106,7 +106,6 @@ def _copy_to_bool_kernel(src):
     return src != 0
 
 
-@functools.lru_cache(maxsize=4096)
 def _coalesce(shape, dst_strides, src_strides):
     """Smallest (shape, dst_strides, src_strides) that walks the same elements.
 
@@ -151,6 +150,21 @@ def _coalesce(shape, dst_strides, src_strides):
     return tuple(reversed(sizes)), tuple(reversed(dst_out)), tuple(reversed(src_out))
 
 
+@functools.lru_cache(maxsize=4096)
+def _plan(shape, dst_strides, src_strides):
+    """(coalesced shape, dst strides, src strides, numel, fits in one launch)."""
+    shape, dst_strides, src_strides = _coalesce(shape, dst_strides, src_strides)
+    numel = 1
+    for n in shape:
+        numel *= n
+    fits = (
+        numel <= _MAX_NUMEL
+        and _max_offset(shape, dst_strides) <= _MAX_OFFSET
+        and _max_offset(shape, src_strides) <= _MAX_OFFSET
+    )
+    return shape, dst_strides, src_strides, numel, fits
+
+
 def _max_offset(shape, strides):
     return sum((n - 1) * s for n, s in zip(shape, strides))
 
@@ -166,7 +180,7 @@ def _byte_range(t: torch.Tensor):
     return begin, begin + t.numel() * t.element_size()
 
 
-def _check_overlap(dst: torch.Tensor, src: torch.Tensor) -> bool:
+def _check_overlap(dst: torch.Tensor, src: torch.Tensor, aliased: bool) -> bool:
     """Raise torch's overlap errors; return True when src must be snapshotted.
 
     Mirrors at::assert_no_internal_overlap and at::assert_no_partial_overlap.
@@ -175,9 +189,7 @@ def _check_overlap(dst: torch.Tensor, src: torch.Tensor) -> bool:
     """
     if _has_internal_overlap(dst):
         raise RuntimeError(_INTERNAL_OVERLAP_MSG)
-    if dst.numel() == 0 or src.numel() == 0:
-        return False
-    if not torch._C._is_alias_of(dst, src):
+    if not aliased or dst.numel() == 0 or src.numel() == 0:
         return False
     (d0, d1), (s0, s1) = _byte_range(dst), _byte_range(src)
     dense = torch.ops.aten.is_non_overlapping_and_dense
@@ -263,23 +275,12 @@ def _scalar_to_tensor(value, dst: torch.Tensor) -> torch.Tensor:
     return src.to(dst.dtype).to(dst.device)
 
 
-def _fits_one_launch(shape, dst_strides, src_strides) -> bool:
-    numel = 1
-    for n in shape:
-        numel *= n
-    return (
-        numel <= _MAX_NUMEL
-        and _max_offset(shape, dst_strides) <= _MAX_OFFSET
-        and _max_offset(shape, src_strides) <= _MAX_OFFSET
-    )
-
-
 def _launch(dst: torch.Tensor, src: torch.Tensor) -> None:
     """Copy src (already of dst's shape) into dst with the Triton kernel."""
-    shape, dst_strides, src_strides = _coalesce(
+    shape, dst_strides, src_strides, numel, fits = _plan(
         tuple(dst.shape), dst.stride(), src.stride()
     )
-    if not _fits_one_launch(shape, dst_strides, src_strides):
+    if not fits:
         # int32 indexing would overflow: halve the outermost dim and recurse
         if dst.shape[0] == 1:
             return _launch(dst[0], src[0])
@@ -289,7 +290,7 @@ def _launch(dst: torch.Tensor, src: torch.Tensor) -> None:
     to_bool = dst.dtype is torch.bool and src.dtype is not torch.bool
     kernel = (_copy_to_bool_kernel if to_bool else _copy_kernel).instantiate(len(shape))
     if _compiled_launch_supported() and _launch_compiled(
-        kernel, dst, src, shape, dst_strides, src_strides
+        kernel, dst, src, shape, dst_strides, src_strides, numel
     ):
         return
     kernel(src.as_strided(shape, src_strides), out0=dst.as_strided(shape, dst_strides))
@@ -319,11 +320,8 @@ def _compiled_launch_supported() -> bool:
     ) and hasattr(triton.runtime.driver.active, "get_current_stream")
 
 
-def _launch_compiled(wrapper, dst, src, shape, dst_strides, src_strides) -> bool:
-    numel = 1
-    for n in shape:
-        numel *= n
-    device = dst.device.index
+def _launch_compiled(wrapper, dst, src, shape, dst_strides, src_strides, numel):
+    device = dst.get_device()
     key = (
         wrapper,
         device,
@@ -346,17 +344,23 @@ def _launch_compiled(wrapper, dst, src, shape, dst_strides, src_strides) -> bool
     compiled, constexprs = entry
     args = (src, dst, *src_strides, *dst_strides, *shape, numel, *constexprs)
     grid = (_NUM_CTAS, 1, 1)
-    runtime = triton.runtime
-    stream = runtime.driver.active.get_current_stream(device)
-    knobs = triton.knobs.runtime
+    stream = triton.runtime.driver.active.get_current_stream(device)
+    enter, leave = (
+        triton.knobs.runtime.launch_enter_hook,
+        triton.knobs.runtime.launch_exit_hook,
+    )
+    if getattr(enter, "calls", True) or getattr(leave, "calls", True):
+        metadata = compiled.launch_metadata(grid, stream, *args)  # a profiler listens
+    else:
+        metadata = enter = leave = None  # empty hook chains: nothing to call
     compiled.run(
         *grid,
         stream,
         compiled.function,
         compiled.packed_metadata,
-        compiled.launch_metadata(grid, stream, *args),
-        knobs.launch_enter_hook,
-        knobs.launch_exit_hook,
+        metadata,
+        enter,
+        leave,
         *args,
     )
     return True
@@ -427,8 +431,9 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
     reason = _fallback_reason(dst, src)
     if reason is not None:
         return _fallback(dst, src, non_blocking, reason)
+    aliased = torch._C._is_alias_of(dst, src)
     if (
-        torch._C._is_alias_of(dst, src)
+        aliased
         and dst.storage_offset() == src.storage_offset()
         and dst.stride() == src.stride()
         and dst.shape == src.shape
@@ -439,7 +444,7 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
         return dst
 
     # every check that can raise runs before anything is written
-    snapshot = _check_overlap(dst, src)
+    snapshot = _check_overlap(dst, src, aliased)
     src = _broadcast_to_dst(dst, src)
     if dst.numel() == 0:
         return dst
