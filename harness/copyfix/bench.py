@@ -306,6 +306,29 @@ def report():
         png = _plot(records, f.stem.replace("copy_perf_accuracy_", ""))
         if png:
             lines += ["", f"![time per layout]({png.name})"]
+    for f in sorted(RESULTS.glob("copy_host_overhead_*.json")):
+        data = json.loads(f.read_text())
+        v = data["versions"]
+        lines += [
+            "",
+            f"## Host overhead before/after — {data['device']}, mode `{data['mode']}` (`results/{f.name}`)",
+            "",
+            f"torch {v['torch']}, triton {v['triton']}; {data['numel']}-element fp32 copies, wall µs per call, "
+            "one run (`python -m copyfix.bench host`). *before*: the same copy_ with the launch shortcut "
+            "off (generated wrapper, LibEntry, JITFunction.run); *after*: as shipped.",
+            "",
+            "| layout | aten | before | after | after/aten | our checks only | generated wrapper only "
+            "| base 5.0.2 copy_ |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for layout, row in data["host_us"].items():
+            after, aten = row["ours dispatched"], row["aten"]
+            base_us = row.get("base 5.0.2 copy_ (direct)")
+            lines.append(
+                f"| {layout} | {aten:.1f} | {row['ours dispatched, shortcut off']:.1f} | {after:.1f} | "
+                f"{after / aten:.2f} | {row['our checks only']:.1f} | {row['generated wrapper only']:.1f} | "
+                f"{'n/a (aten path)' if base_us is None else f'{base_us:.1f}'} |"
+            )
     (DOCS / "PERFORMANCE_ACCURACY.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {DOCS / 'PERFORMANCE_ACCURACY.md'}")
 
