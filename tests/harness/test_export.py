@@ -1,0 +1,111 @@
+"""PR export: copy.patch in sync and applicable, `make pr` onto a synthetic FlagGems checkout."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from copyfix import export
+
+pytestmark = pytest.mark.harness
+
+PRE_COMMIT = """\
+repos:
+- repo: local
+  hooks:
+  - id: flake8
+    args: ["--ignore=F405,E731,W503,E203,E701,E704", --max-line-length=120]
+  - id: isort
+    args: ["--profile", "black"]
+  - id: black
+"""
+
+
+def git(repo, *args):
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    ).stdout
+
+
+@pytest.fixture
+def upstream(tmp_path):
+    """A git repo laid out like FlagGems, built from the 5.0.2 base the build kept."""
+    import flag_gems
+
+    composed = Path(flag_gems.__file__).parent
+    repo = tmp_path / "FlagGems"
+    pkg = repo / "src" / "flag_gems"
+    shutil.copytree(
+        composed, pkg, symlinks=False, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    pre = pkg / "_overlay_preimages"
+    for kept in pre.rglob("*.py"):  # put the base's own files back
+        shutil.copyfile(kept, pkg / kept.relative_to(pre))
+    shutil.rmtree(pre)
+    (pkg / "_overlay_info.py").unlink()
+    (repo / "tests").mkdir()
+    (repo / "benchmark").mkdir()
+    (repo / ".pre-commit-config.yaml").write_text(PRE_COMMIT)
+    git(tmp_path, "init", "-q", "-b", "master", str(repo))
+    git(repo, "-c", "user.email=ci@example.com", "-c", "user.name=ci", "add", "-A")
+    git(
+        repo,
+        "-c",
+        "user.email=ci@example.com",
+        "-c",
+        "user.name=ci",
+        "commit",
+        "-q",
+        "-m",
+        "base 5.0.2",
+    )
+    return repo
+
+
+def test_copy_patch_is_in_sync_with_the_overlay():
+    assert export.PATCH.read_text() == export.make_patch(export.base_copy_text()), (
+        "run `make patch`"
+    )
+
+
+def test_copy_patch_applies_to_the_base(upstream):
+    git(upstream, "apply", "--check", str(export.PATCH))
+    git(upstream, "apply", str(export.PATCH))
+    assert (upstream / export.COPY_PY).read_text() == (
+        export.REPO / export.COPY_PY
+    ).read_text()
+
+
+def test_make_pr_commits_the_pr_files_on_a_new_branch(upstream, monkeypatch):
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "ci")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "ci@example.com")
+    monkeypatch.setenv("GIT_COMMITTER_NAME", "ci")
+    monkeypatch.setenv("GIT_COMMITTER_EMAIL", "ci@example.com")
+    before = export.PATCH.read_text()
+    sha = export.export_pr(upstream)
+    assert git(upstream, "rev-parse", "--abbrev-ref", "HEAD").strip() == export.BRANCH
+    assert git(upstream, "log", "-1", "--format=%s", sha).startswith("[KUNLUNXIN] ")
+    changed = git(upstream, "show", "--name-only", "--format=", sha).split()
+    assert sorted(changed) == sorted(export.PR_FILES)
+    for rel in export.PR_FILES:
+        assert (upstream / rel).read_bytes() == (export.REPO / rel).read_bytes()
+    assert export.PATCH.read_text() == before  # regenerated, unchanged
+
+
+def test_make_pr_refuses_an_unknown_pre_image(upstream):
+    target = upstream / export.COPY_PY
+    target.write_text(target.read_text() + "\n# a later upstream change\n")
+    git(
+        upstream,
+        "-c",
+        "user.email=ci@example.com",
+        "-c",
+        "user.name=ci",
+        "commit",
+        "-qam",
+        "drift",
+    )
+    with pytest.raises(SystemExit, match="not a known pre-image"):
+        export.export_pr(upstream)
+    assert git(upstream, "rev-parse", "--abbrev-ref", "HEAD").strip() == "master"
