@@ -230,6 +230,15 @@ def _broadcast_to_dst(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
 
 def _fallback_reason(dst: torch.Tensor, src: torch.Tensor) -> Optional[str]:
     """Why this copy cannot use the Triton kernel; None when it can."""
+    if (
+        dst.dtype in _TRITON_DTYPES  # (complex, quantized and fp8 dtypes are not)
+        and src.dtype in _TRITON_DTYPES
+        and dst.layout == torch.strided
+        and src.layout == torch.strided
+        and dst.device == src.device
+        and not (dst.is_meta or src.is_neg() or dst.is_neg())
+    ):
+        return None
     if dst.layout != torch.strided or src.layout != torch.strided:
         return "non-strided layout"
     if dst.device != src.device or dst.is_meta:
@@ -240,9 +249,7 @@ def _fallback_reason(dst: torch.Tensor, src: torch.Tensor) -> Optional[str]:
         return "complex dtype (aten keeps torch's complex->real warning)"
     if dst.dtype not in _TRITON_DTYPES or src.dtype not in _TRITON_DTYPES:
         return f"dtype {src.dtype}->{dst.dtype} not supported by Triton here"
-    if src.is_neg() or dst.is_neg() or src.is_conj() or dst.is_conj():
-        return "lazy neg/conj bit"
-    return None
+    return "lazy negation bit"
 
 
 def _can_use_triton(dst: torch.Tensor, src: torch.Tensor) -> bool:
@@ -306,18 +313,22 @@ def _launch(dst: torch.Tensor, src: torch.Tensor) -> None:
 # the normal launch above.
 _NUM_CTAS = 12  # the kunlunxin 1-D tile codegen's grid
 _compiled = {}
+_KNOBS = getattr(getattr(triton, "knobs", None), "runtime", None)
+_current_stream = None  # the active driver's get_current_stream, once known
 
 
 @functools.lru_cache(maxsize=None)
 def _compiled_launch_supported() -> bool:
     if os.environ.get("GEMS_KUNLUNXIN_COPY_FAST_LAUNCH", "1") == "0":
         return False
-    if not triton.__version__.startswith("3.6.") or triton.knobs.runtime.interpret:
+    if not triton.__version__.startswith("3.6.") or _KNOBS is None or _KNOBS.interpret:
         return False
+    global _current_stream
     compiled_kernel = getattr(triton.compiler, "CompiledKernel", None)
-    return all(
+    _current_stream = getattr(triton.runtime.driver.active, "get_current_stream", None)
+    return _current_stream is not None and all(
         hasattr(compiled_kernel, attr) for attr in ("run", "launch_metadata")
-    ) and hasattr(triton.runtime.driver.active, "get_current_stream")
+    )
 
 
 def _launch_compiled(wrapper, dst, src, shape, dst_strides, src_strides, numel):
