@@ -652,8 +652,10 @@ def test_copy_splits_what_int32_cannot_index(monkeypatch, request):
     mod = copy_module()
     monkeypatch.setattr(mod, "_MAX_NUMEL", 300)
     monkeypatch.setattr(mod, "_MAX_OFFSET", 1000)
-    mod._plan.cache_clear()  # plans remember whether they fit one launch
-    request.addfinalizer(mod._plan.cache_clear)
+    caches = (mod._layout, mod._plan)  # plans remember whether they fit one launch
+    for cache in caches:
+        cache.cache_clear()
+        request.addfinalizer(cache.cache_clear)
     case = Case("transpose", torch.float32, torch.bfloat16, seed=3)
     with track_paths() as paths:
         gems_copy_(case.dst, case.src)

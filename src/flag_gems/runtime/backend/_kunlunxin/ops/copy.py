@@ -169,27 +169,20 @@ def _max_offset(shape, strides):
     return sum((n - 1) * s for n, s in zip(shape, strides))
 
 
-def _has_internal_overlap(t: torch.Tensor) -> bool:
-    # at::has_internal_overlap answers "Yes" only for a broadcast dim of a
-    # non-empty tensor (an empty one counts as non-overlapping and dense).
-    return t.numel() > 0 and any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride()))
-
-
 def _byte_range(t: torch.Tensor):
     begin = t.data_ptr()
     return begin, begin + t.numel() * t.element_size()
 
 
-def _check_overlap(dst: torch.Tensor, src: torch.Tensor, aliased: bool) -> bool:
-    """Raise torch's overlap errors; return True when src must be snapshotted.
+def _check_partial_overlap(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """For aliasing tensors: raise torch's partial-overlap error, or return True
+    when src must be snapshotted first.
 
-    Mirrors at::assert_no_internal_overlap and at::assert_no_partial_overlap.
-    Overlap torch cannot classify (non-dense views) does not raise there
-    either; we copy src aside first so every element reads its old value.
+    Mirrors at::assert_no_partial_overlap. Overlap torch cannot classify
+    (non-dense views) does not raise there either; we copy src aside first so
+    every element reads its old value.
     """
-    if _has_internal_overlap(dst):
-        raise RuntimeError(_INTERNAL_OVERLAP_MSG)
-    if not aliased or dst.numel() == 0 or src.numel() == 0:
+    if dst.numel() == 0 or src.numel() == 0:
         return False
     (d0, d1), (s0, s1) = _byte_range(dst), _byte_range(src)
     dense = torch.ops.aten.is_non_overlapping_and_dense
@@ -206,26 +199,42 @@ def _check_overlap(dst: torch.Tensor, src: torch.Tensor, aliased: bool) -> bool:
     return s0 < d_end and d0 < s_end
 
 
-def _broadcast_to_dst(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-    """src expanded to dst's shape, with torch's error texts."""
-    if src.shape == dst.shape:
-        return src
-    out_shape, src_shape = list(dst.shape), list(src.shape)
-    ndim = max(len(out_shape), len(src_shape))
-    a = [1] * (ndim - len(out_shape)) + out_shape
-    b = [1] * (ndim - len(src_shape)) + src_shape
-    for i in range(ndim):
+@functools.lru_cache(maxsize=4096)
+def _layout(dst_shape, dst_strides, src_shape, src_strides):
+    """What copy_ decides from sizes and strides alone (cached per layout).
+
+    Returns (internal_overlap, broadcast_error, src strides expanded to
+    dst_shape, launch plan); the plan is None for an empty destination.
+    """
+    numel = 1
+    for n in dst_shape:
+        numel *= n
+    # at::has_internal_overlap says "Yes" only for a broadcast dim of a
+    # non-empty tensor (an empty one counts as non-overlapping and dense)
+    internal = numel > 0 and any(
+        s == 0 and n > 1 for n, s in zip(dst_shape, dst_strides)
+    )
+    ndim = max(len(dst_shape), len(src_shape))
+    a = (1,) * (ndim - len(dst_shape)) + tuple(dst_shape)
+    b = (1,) * (ndim - len(src_shape)) + tuple(src_shape)
+    for i in range(ndim):  # torch's broadcast rule and error texts
         if a[i] != b[i] and a[i] != 1 and b[i] != 1:
-            raise RuntimeError(
+            error = (
                 f"The size of tensor a ({a[i]}) must match the size of tensor b "
                 f"({b[i]}) at non-singleton dimension {i}"
             )
+            return internal, error, None, None
     full = [y if x == 1 else x for x, y in zip(a, b)]
-    if full != out_shape:
-        raise RuntimeError(
-            f"output with shape {out_shape} doesn't match the broadcast shape {full}"
-        )
-    return src.expand(dst.shape)
+    if full != list(dst_shape):
+        error = f"output with shape {list(dst_shape)} doesn't match the broadcast shape {full}"
+        return internal, error, None, None
+    pad = len(dst_shape) - len(src_shape)
+    expanded = (0,) * pad + tuple(
+        0 if n == 1 and m != 1 else s
+        for n, m, s in zip(src_shape, dst_shape[pad:], src_strides)
+    )
+    plan = _plan(tuple(dst_shape), tuple(dst_strides), expanded) if numel else None
+    return internal, None, expanded, plan
 
 
 def _fallback_reason(dst: torch.Tensor, src: torch.Tensor) -> Optional[str]:
@@ -282,13 +291,18 @@ def _scalar_to_tensor(value, dst: torch.Tensor) -> torch.Tensor:
     return src.to(dst.dtype).to(dst.device)
 
 
-def _launch(dst: torch.Tensor, src: torch.Tensor) -> None:
-    """Copy src (already of dst's shape) into dst with the Triton kernel."""
-    shape, dst_strides, src_strides, numel, fits = _plan(
-        tuple(dst.shape), dst.stride(), src.stride()
-    )
+def _launch(dst: torch.Tensor, src: torch.Tensor, plan=None) -> None:
+    """Copy src into dst with the Triton kernel.
+
+    `plan` is _plan() of dst's shape and strides and src's strides broadcast to
+    that shape; without it src must already have dst's shape.
+    """
+    if plan is None:
+        plan = _plan(tuple(dst.shape), dst.stride(), src.stride())
+    shape, dst_strides, src_strides, numel, fits = plan
     if not fits:
         # int32 indexing would overflow: halve the outermost dim and recurse
+        src = src.expand(dst.shape)
         if dst.shape[0] == 1:
             return _launch(dst[0], src[0])
         half = dst.shape[0] // 2
@@ -413,7 +427,7 @@ def copy(
     template: torch.Tensor, src: torch.Tensor, *, non_blocking: Optional[bool] = False
 ):
     logger.debug("GEMS_KUNLUNXIN COPY")
-    if _has_internal_overlap(template):
+    if _layout(template.shape, template.stride(), (), ())[0]:
         # aten::copy clones such a template densely instead of keeping strides
         out = torch.empty_like(template)
     else:
@@ -454,17 +468,24 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
     ):
         return dst
 
-    # every check that can raise runs before anything is written
-    snapshot = _check_overlap(dst, src, aliased)
-    src = _broadcast_to_dst(dst, src)
-    if dst.numel() == 0:
+    # every check that can raise runs before anything is written, in torch's order
+    internal, error, src_strides, plan = _layout(
+        dst.shape, dst.stride(), src.shape, src.stride()
+    )
+    if internal:
+        raise RuntimeError(_INTERNAL_OVERLAP_MSG)
+    snapshot = aliased and _check_partial_overlap(dst, src)
+    if error is not None:
+        raise RuntimeError(error)
+    if plan is None:
         return dst
 
     logger.debug("GEMS_KUNLUNXIN COPY_")
     if snapshot:
         # src overlaps dst in a way torch cannot classify: read it all first
         tmp = torch.empty(dst.shape, dtype=src.dtype, device=src.device)
-        _launch(tmp, src)
-        src = tmp
-    _launch(dst, src)
+        _launch(tmp, src.expand(dst.shape))
+        src, src_strides = tmp, tmp.stride()
+        plan = _plan(tuple(dst.shape), dst.stride(), src_strides)
+    _launch(dst, src, plan)
     return dst
