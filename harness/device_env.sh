@@ -1,8 +1,8 @@
 # Source on the lent NVIDIA machine (no network): carried wheels + a composed flag_gems, cuda mode.
 #   . harness/device_env.sh
-# .whl/ holds flag_gems-5.0.2, sqlalchemy and greenlet wheels (cp312), fetched here with
+# .whl/ holds flag_gems-5.0.2, sqlalchemy, greenlet and the lint tools (cp312), fetched here with
 # `pip download` as the device tool's README shows; torch/triton/pytest come with the image.
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/sqlalchemy-*.whl .whl/greenlet-*.whl
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $(ls .whl/*.whl | grep -v flag_gems)
 rm -rf /tmp/fgbase && python3 -m zipfile -e .whl/flag_gems-5.0.2-py3-none-any.whl /tmp/fgbase
 FLAGGEMS_BASE=/tmp/fgbase PYTHONPATH=harness python3 -c \
   "from pathlib import Path; from copyfix.compose import compose; compose(Path('.').resolve(), editable=False)"

@@ -107,10 +107,9 @@ def upstream_lint(checkout: Path, files: list[str]) -> None:
     config_path = checkout / ".pre-commit-config.yaml"
     config = yaml.safe_load(config_path.read_text()) if config_path.is_file() else {}
     py = [f for f in files if f.endswith(".py")]
-    bin_dir = Path(sys.executable).parent
-    for tool, hook in (("black", "black"), ("isort", "isort"), ("flake8", "flake8")):
+    for tool in ("black", "isort", "flake8"):
         check = {"black": ["--check"], "isort": ["--check-only"], "flake8": []}[tool]
-        cmd = [str(bin_dir / tool), *check, *_hook_args(config, hook), *py]
+        cmd = [sys.executable, "-m", tool, *check, *_hook_args(config, tool), *py]
         result = subprocess.run(cmd, cwd=checkout, capture_output=True, text=True)
         if result.returncode:
             raise SystemExit(

@@ -55,9 +55,9 @@ def actionlint() -> int:
 
 def main() -> int:
     py = [f for f in PR_FILES if f.endswith(".py")]
-    bin_dir = Path(sys.executable).parent
+    tool = [sys.executable, "-m"]
     status = 0
-    status |= _run([bin_dir / "black", "--check", "--target-version", "py310", *py])
+    status |= _run([*tool, "black", "--check", "--target-version", "py310", *py])
     # in an upstream checkout src/flag_gems is whole, so isort sees flag_gems as first party
     status |= _run(
         [
