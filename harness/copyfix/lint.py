@@ -59,18 +59,9 @@ def main() -> int:
     status = 0
     status |= _run([*tool, "black", "--check", "--target-version", "py310", *py])
     # in an upstream checkout src/flag_gems is whole, so isort sees flag_gems as first party
-    status |= _run(
-        [
-            bin_dir / "isort",
-            "--profile",
-            "black",
-            "-p",
-            "flag_gems",
-            "--check-only",
-            *py,
-        ]
-    )
-    status |= _run([bin_dir / "flake8", *FLAKE8_ARGS, *py])
+    isort = ["isort", "--profile", "black", "-p", "flag_gems", "--check-only"]
+    status |= _run([*tool, *isort, *py])
+    status |= _run([*tool, "flake8", *FLAKE8_ARGS, *py])
     status |= actionlint()
     print("lint:", "ok" if status == 0 else "FAILED")
     return 1 if status else 0
