@@ -52,7 +52,12 @@ def find_base() -> tuple[Path, str]:
     version = "unknown"
     for dist in base.parent.glob("flag_gems-*.dist-info"):
         version = dist.name[len("flag_gems-") : -len(".dist-info")]
-    return base, f"PyPI flag-gems=={version} ({base})"
+    where = (
+        "pip's isolated build environment"
+        if "pip-build-env" in str(base)
+        else str(base)
+    )
+    return base, f"PyPI flag-gems=={version} (from {where})"
 
 
 def compose(project: Path, editable: bool) -> Path:
