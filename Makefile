@@ -7,7 +7,6 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.copyfix-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
-export COPYFIX_EMULATION
 
 .PHONY: venv demo test lint bench pr patch clean
 
