@@ -117,22 +117,26 @@ def _coalesce(shape, dst_strides, src_strides):
     dims = [d for d in range(len(shape)) if shape[d] != 1]
     dims.reverse()  # innermost first, as TensorIterator keeps them
 
-    def outer_goes_inside(inner, outer):
+    def should_swap(inner, outer):  # 1: swap, -1: keep, 0: undecided
         for strides in (dst_strides, src_strides):
             a, b = strides[inner], strides[outer]
             if a == 0 or b == 0:
                 continue  # a broadcast dim says nothing about the order
             if a != b:
-                return a > b
+                return 1 if a > b else -1
             if shape[inner] > shape[outer]:
-                return True
-        return False
+                return 1
+        return 0
 
-    for i in range(1, len(dims)):  # stable insertion sort
-        j = i
-        while j > 0 and outer_goes_inside(dims[j - 1], dims[j]):
-            dims[j - 1], dims[j] = dims[j], dims[j - 1]
-            j -= 1
+    for i in range(1, len(dims)):  # TensorIterator's insertion sort
+        moving = i
+        for j in range(i - 1, -1, -1):
+            verdict = should_swap(dims[j], dims[moving])
+            if verdict > 0:
+                dims[j], dims[moving] = dims[moving], dims[j]
+                moving = j
+            elif verdict < 0:
+                break
 
     sizes, dst_out, src_out = [], [], []
     for d in dims:
