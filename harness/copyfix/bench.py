@@ -158,14 +158,12 @@ def measure(args):
                 aten_ms = _aten_or_none(lambda: timer.device_ms(lambda: dst.copy_(src)))
                 with flag_gems.use_gems(include=["copy_"]):
                     gems_ms = timer.device_ms(lambda: dst.copy_(src))
-                shape, dst_strides, src_strides = mod._coalesce(
-                    tuple(dst.shape), dst.stride(), src.expand(dst.shape).stride()
-                )
+                # the launch plan copy_ itself uses (coalesced, src strides broadcast)
+                plan = mod._layout(dst.shape, dst.stride(), src.shape, src.stride())[3]
+                shape, dst_strides, src_strides = plan[:3]
                 kernel = mod._copy_kernel.instantiate(len(shape))
-                dv, sv = (
-                    dst.as_strided(shape, dst_strides),
-                    src.expand(dst.shape).as_strided(shape, src_strides),
-                )
+                dv = dst.as_strided(shape, dst_strides)
+                sv = src.as_strided(shape, src_strides)
                 direct_ms = timer.device_ms(lambda: kernel(sv, out0=dv))
                 numel = dst.numel()
                 moved = numel * (src.element_size() + dst.element_size())

@@ -265,10 +265,6 @@ def _fallback_reason(dst: torch.Tensor, src: torch.Tensor) -> Optional[str]:
     return "lazy negation bit"
 
 
-def _can_use_triton(dst: torch.Tensor, src: torch.Tensor) -> bool:
-    return _fallback_reason(dst, src) is None
-
-
 def _fallback(dst, src, non_blocking, reason):
     logger.debug("GEMS_KUNLUNXIN COPY_ fallback to aten: %s", reason)
     if dst.layout != torch.strided or src.layout != torch.strided:
