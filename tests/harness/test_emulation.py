@@ -347,7 +347,7 @@ def test_xpu_fallback_failure_spares_contiguous_fallbacks_and_composes_with_mock
                 )
         assert fallback.call_count == 3
     assert not isinstance(
-        COPY_OP.__dict__.get("_handle"), emulation._FailingNonContiguousHandle
+        COPY_OP.__dict__.get("_handle"), emulation.faults._FailingNonContiguousHandle
     )
     if MODE != "native":
         module.copy_(out[::2], z[::2])  # restored
@@ -398,14 +398,14 @@ def test_base_copy_module_loads_the_recorded_base_file_separately(
     kept = (
         Path(flag_gems.__file__).parent
         / "_overlay_preimages"
-        / emulation.KUNLUNXIN_COPY_RELPATH
+        / emulation.kunlunxin.KUNLUNXIN_COPY_RELPATH
     )
     # a pristine pre-image, moved elsewhere: the one the build kept, else the installed base
     shutil.copyfile(kept if kept.is_file() else current.__file__, base_file)
     info = types.ModuleType("flag_gems._overlay_info")
     info.BASE_COPY_PATH = str(base_file)
     monkeypatch.setitem(sys.modules, "flag_gems._overlay_info", info)
-    monkeypatch.setattr(emulation, "_base_copy_module", None)
+    monkeypatch.setattr(emulation.kunlunxin, "_base_copy_module", None)
     base = emulation.base_copy_module()
     assert base is not current and base.__file__ == str(base_file)
     assert base.copy_ is not current.copy_ and base.copy_.__globals__ is vars(base)
@@ -430,7 +430,7 @@ def test_base_copy_module_refuses_a_file_that_is_not_a_known_base(
     info = types.ModuleType("flag_gems._overlay_info")
     info.BASE_COPY_PATH = str(base_file)
     monkeypatch.setitem(sys.modules, "flag_gems._overlay_info", info)
-    monkeypatch.setattr(emulation, "_base_copy_module", None)
+    monkeypatch.setattr(emulation.kunlunxin, "_base_copy_module", None)
     with pytest.raises(RuntimeError, match="not a known pristine base"):
         emulation.base_copy_module()
 
@@ -439,10 +439,10 @@ def test_base_copy_module_without_overlay_is_the_installed_module(monkeypatch):
     monkeypatch.setitem(
         sys.modules, "flag_gems._overlay_info", None
     )  # as if not installed
-    monkeypatch.setattr(emulation, "_base_copy_module", None)
+    monkeypatch.setattr(emulation.kunlunxin, "_base_copy_module", None)
     current = emulation.copy_module()
     digest = hashlib.sha256(open(current.__file__, "rb").read()).hexdigest()
-    if digest in emulation.BASE_COPY_SHA256:  # a plain flag-gems install
+    if digest in emulation.kunlunxin.BASE_COPY_SHA256:  # a plain flag-gems install
         assert emulation.base_copy_module() is current
     else:  # the overlay's copy.py, with its record hidden: not mistaken for the base
         with pytest.raises(RuntimeError, match="not a known pristine base"):
@@ -450,30 +450,54 @@ def test_base_copy_module_without_overlay_is_the_installed_module(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "lib, fake", [("torch", "2.12.0+cpu"), ("triton", "3.5.1"), ("flag_gems", "5.1.0")]
+    "lib, fake",
+    [("torch", "2.12.0+cpu"), ("triton", "3.5.1"), ("flag_gems", "5.1.0 at /x")],
 )
 def test_activate_refuses_versions_it_was_not_written_for(monkeypatch, lib, fake):
     real = emulation._installed_versions()
     monkeypatch.setattr(emulation, "_installed_versions", lambda: {**real, lib: fake})
     monkeypatch.setattr(emulation, "MODE", None)
-    mode = "native" if lib == "flag_gems" else "cpu"
     with pytest.raises(
         RuntimeError, match=rf"refuses to run.*{lib} {re.escape(fake)} \(written for"
     ):
-        emulation.activate(mode)
+        emulation.activate("cpu")
     assert emulation.MODE is None
 
 
 def test_version_check_accepts_the_supported_versions(monkeypatch):
     for torch_version in ("2.13.0+cpu", "2.11.0+cu128", "2.11.1"):
-        fake = {
-            "torch": torch_version,
-            "triton": "3.6.0",
-            "flag_gems": "5.0.2+kunlunxin.copyfix",
-        }
-        monkeypatch.setattr(emulation, "_installed_versions", lambda fake=fake: fake)
-        emulation._check_versions("cpu")
-        emulation._check_versions("cuda")
+        for base in emulation.FLAGGEMS_BASES:
+            fake = {"torch": torch_version, "triton": "3.6.0", "flag_gems": base}
+            monkeypatch.setattr(emulation, "_installed_versions", lambda f=fake: f)
+            assert emulation._check_versions("cpu") == base
+            assert emulation._check_versions("cuda") == base
+
+
+def test_native_mode_patches_and_checks_nothing(monkeypatch):
+    fake = {"torch": "9.9", "triton": "9.9", "flag_gems": "6.0 at /x"}
+    monkeypatch.setattr(emulation, "_installed_versions", lambda: fake)
+    assert emulation._check_versions("native") is None
+
+
+def test_the_base_is_read_from_the_flag_gems_that_is_imported(tmp_path):
+    """The version check identifies the base by the files `import flag_gems` loads,
+    never by a distribution's metadata (a composed install carries the overlay's)."""
+    import flag_gems
+
+    package = Path(flag_gems.__file__).parent
+    assert emulation.flag_gems_dir() == package.resolve()
+    assert emulation.flag_gems_base() == emulation.BASE
+    assert emulation.versions()["flag_gems"] == emulation.BASE
+    # a package whose files match no known base is named by what it declares
+    fake = tmp_path / "flag_gems"
+    for rel in emulation.FLAGGEMS_BASES[emulation.BASE]:
+        (fake / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(package / rel, fake / rel)
+    assert emulation.flag_gems_base(fake) == emulation.BASE
+    (fake / "utils" / "libentry.py").write_text("# another LibEntry\n")
+    (fake / "__init__.py").write_text('__version__ = "5.4.0"\n')
+    assert emulation.flag_gems_base(fake) is None
+    assert emulation._declared_flag_gems_version(fake) == "5.4.0"
 
 
 def test_xpu_libdevice_module_and_stubs():
@@ -490,7 +514,7 @@ def test_xpu_libdevice_module_and_stubs():
     assert (
         libdevice.rint is cuda_libdevice.rint and libdevice.log2 is cuda_libdevice.log2
     )
-    for name in emulation.XPU_ONLY_LIBDEVICE:
+    for name in emulation.shims.XPU_ONLY_LIBDEVICE:
         with pytest.raises(NotImplementedError, match=name):
             getattr(libdevice, name)(1, 2)
 
@@ -505,7 +529,7 @@ def test_xpu_launch_options_are_stripped_only_when_undeclared():
         "unroll_num": 2,
         "tile_size": 64,
     }
-    assert emulation._strip_xpu_launch_options(kernel, kwargs) == {
+    assert emulation.shims.strip_xpu_launch_options(kernel, kwargs) == {
         "num_warps": 4,
         "unroll_num": 2,
         "tile_size": 64,

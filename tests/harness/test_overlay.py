@@ -124,7 +124,7 @@ def test_failure_during_layout_removes_the_temporary_tree(tmp_path, monkeypatch)
 
 def test_emulation_knows_the_recorded_pre_images():
     text = (REPO / "pyproject.toml").read_text()
-    for digest in emulation.BASE_COPY_SHA256:
+    for digest in emulation.kunlunxin.BASE_COPY_SHA256:
         assert digest in text, (
-            "emulation.BASE_COPY_SHA256 drifted from pyproject's pre-images"
+            "emulation.kunlunxin.BASE_COPY_SHA256 drifted from pyproject's pre-images"
         )

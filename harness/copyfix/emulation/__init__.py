@@ -1,0 +1,288 @@
+"""Run FlagGems' KunlunXIN (``_kunlunxin``) code path without KunlunXIN hardware.
+
+Harness code, not part of the upstream PR.
+
+Modes
+-----
+``native``
+    A KunlunXIN XPU is present: nothing is patched, FlagGems runs as shipped.
+``cuda``
+    Stock Triton on an NVIDIA GPU with ``GEMS_VENDOR=kunlunxin``.  Only what stock
+    Triton cannot accept from the kunlunxin sources is patched (:mod:`.shims`): the
+    missing ``triton.language.extra.xpu.libdevice`` module,
+    ``triton.autotune(generate_configs=...)`` and the XPU-only launch options
+    (``buffer_size_limit=...``, ``isClose*=...``).
+``cpu``
+    ``TRITON_INTERPRET=1`` on CPU tensors with ``GEMS_VENDOR=kunlunxin``.  In addition
+    to the shims, the Triton interpreter is made acceptable to FlagGems and converts
+    as compiled Triton does (:mod:`.interpreter`).
+
+Call :func:`activate` *before* ``import flag_gems``.
+
+Modules
+-------
+this one        versions and activation: which libraries and FlagGems bases the
+                patches were written for, and the mode switch
+:mod:`.shims`       stock-Triton shims for the kunlunxin sources (cpu and cuda)
+:mod:`.interpreter` the cpu-mode patches of Triton's interpreter, torch and FlagGems
+:mod:`.faults`      XPU fault injection (:func:`xpu_fallback_failure`)
+:mod:`.kunlunxin`   the kunlunxin copy module FlagGems dispatches to, and the base one
+
+Rules this package keeps
+------------------------
+* Every patch of a third-party internal lives here, under a comment that names the
+  internal, why it is patched, and the version it was written for.  :func:`activate`
+  refuses (``RuntimeError``) to patch versions it was not written for; see
+  :data:`SUPPORTED_VERSIONS` and :data:`FLAGGEMS_BASES`.
+* Emulation is faithful: a patch may make the emulator *work*, never make a wrong
+  result look right.  Functions that exist only on XPU are stubs that raise; the
+  interpreter converts between dtypes the way compiled Triton does, not the way
+  torch does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+MODES = ("cpu", "cuda", "native")
+ENV_MODE = "COPYFIX_EMULATION"
+
+# Versions the patches were written for and checked against.  A version is accepted
+# when its public part (before any "+local" suffix) starts with one of the prefixes.
+# torch 2.13.0 is the CPU development build, torch 2.11.x is on the GPU box.
+SUPPORTED_VERSIONS = {
+    "torch": ("2.13.0", "2.11."),
+    "triton": ("3.6.0",),
+}
+
+# The FlagGems bases the patches were written for.  A base is recognised by the sha256
+# of the files whose internals the patches lean on, read from the flag_gems package
+# that `import flag_gems` will load (never from a distribution's metadata: a composed
+# or checkout install carries the overlay's version, or none).
+FLAGGEMS_BASES = {
+    "5.0.2": {
+        "utils/libentry.py": "922dec5776e887ff",
+        "runtime/backend/__init__.py": "a1de1ff37b7b19d6",
+        "runtime/backend/device.py": "e05ab08c424ee384",
+        "runtime/backend/_kunlunxin/utils/pointwise_dynamic.py": "96b763df5dc75403",
+    },
+    "main-2026-08-21": {
+        "utils/libentry.py": "414e8a3f74e2522e",
+        "runtime/backend/__init__.py": "46c68ebf66b4c58c",
+        "runtime/backend/_kunlunxin/utils/pointwise_dynamic.py": "fd0e469c8b090252",
+    },
+}
+# Which libraries each mode patches (and therefore checks).  native patches nothing.
+_CHECKED_IN_MODE = {
+    "cpu": ("torch", "triton", "flag_gems"),
+    "cuda": ("torch", "triton", "flag_gems"),
+    "native": (),
+}
+
+MODE: str | None = None
+BASE: str | None = None  # the FlagGems base activate() found (a key of FLAGGEMS_BASES)
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def _public(version: str) -> str:
+    return version.split("+", 1)[0]
+
+
+def flag_gems_dir() -> Path | None:
+    """The package directory `import flag_gems` will load (found without importing)."""
+    spec = importlib.util.find_spec("flag_gems")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
+def _short_sha256(path: Path) -> str | None:
+    if not path.is_file():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def flag_gems_base(package: Path | None = None) -> str | None:
+    """The key of FLAGGEMS_BASES whose files ``package`` (default: the flag_gems to be
+    imported) holds, or None."""
+    package = package or flag_gems_dir()
+    if package is None:
+        return None
+    for name, files in FLAGGEMS_BASES.items():
+        if all(_short_sha256(package / rel) == sha for rel, sha in files.items()):
+            return name
+    return None
+
+
+def _declared_flag_gems_version(package: Path | None) -> str:
+    """What the package says it is: _version.py (setuptools-scm builds) or __version__."""
+    if package is None:
+        return "not installed"
+    for name in ("_version.py", "__init__.py"):
+        path = package / name
+        if path.is_file():
+            match = re.search(
+                r'^(?:__version__|version)\s*(?::\s*str\s*)?=\s*["\']([^"\']+)["\']',
+                path.read_text(),
+                re.M,
+            )
+            if match:
+                return match.group(1)
+    return "no version string"
+
+
+def _installed_versions() -> dict[str, str]:
+    """Versions of the libraries this package patches (what the version check reads)."""
+    import torch
+    import triton
+
+    package = flag_gems_dir()
+    base = flag_gems_base(package)
+    declared = _declared_flag_gems_version(package)
+    return {
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "flag_gems": base or f"{declared} at {package}",
+    }
+
+
+def versions() -> dict[str, str | None]:
+    """torch / triton / flag_gems (base) versions and the active emulation mode."""
+    return {**_installed_versions(), "mode": MODE}
+
+
+def _check_versions(mode: str) -> str | None:
+    """Raise unless every library ``mode`` patches is one the patches were written
+    for; return the FlagGems base."""
+    found = _installed_versions()
+
+    def wanted(lib):
+        if lib == "flag_gems":
+            return "FlagGems " + " or ".join(FLAGGEMS_BASES)
+        return " or ".join(
+            p + "*" if p.endswith(".") else p for p in SUPPORTED_VERSIONS[lib]
+        )
+
+    def supported(lib):
+        if lib == "flag_gems":
+            return found[lib] in FLAGGEMS_BASES
+        return any(_public(found[lib]).startswith(p) for p in SUPPORTED_VERSIONS[lib])
+
+    bad = [
+        f"{lib} {found[lib]} (written for {wanted(lib)})"
+        for lib in _CHECKED_IN_MODE[mode]
+        if not supported(lib)
+    ]
+    if bad:
+        raise RuntimeError(
+            f"copyfix.emulation refuses to run in {mode!r} mode: its patches of library internals were "
+            f"not written for {', '.join(bad)}. Re-check every patch in {Path(__file__).parent} against "
+            "these versions, then update SUPPORTED_VERSIONS / FLAGGEMS_BASES."
+        )
+    return found["flag_gems"] if found["flag_gems"] in FLAGGEMS_BASES else None
+
+
+# ------------------------------------------------------------------------ activation
+
+
+def _detect_mode() -> str:
+    if shutil.which("xpu-smi") or importlib.util.find_spec("torch_xmlir") is not None:
+        return "native"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def current_mode() -> str | None:
+    return MODE
+
+
+def activate(mode: str | None = None) -> str:
+    """Select and set up the emulation mode; call before ``import flag_gems``.
+
+    ``mode`` is "cpu", "cuda" or "native"; None means ``$COPYFIX_EMULATION`` if set,
+    else "native" when a KunlunXIN XPU is present, else "cuda" when torch sees a CUDA
+    GPU, else "cpu".  Idempotent: a second call with the same (or no) mode returns the
+    active mode; asking for another mode raises.  Returns the mode.
+
+    In cpu mode this ends by importing flag_gems (the LibEntry patch needs the class).
+    """
+    global MODE, BASE
+    if mode is None:
+        mode = MODE or os.environ.get(ENV_MODE) or _detect_mode()
+    if mode not in MODES:
+        raise ValueError(f"unknown emulation mode {mode!r}; expected one of {MODES}")
+    if MODE is not None:
+        if mode != MODE:
+            raise RuntimeError(
+                f"emulation already active in {MODE!r} mode; cannot switch to {mode!r}"
+            )
+        return MODE
+    base = _check_versions(mode)
+    if mode != "native" and "flag_gems" in sys.modules:
+        raise RuntimeError(
+            "copyfix.emulation.activate() must run before `import flag_gems` (its kernels are defined at import time)"
+        )
+    if mode == "cpu":
+        interpreter.setup_cpu_environment()
+        shims.patch_triton_common()
+        interpreter.patch_triton_interpreter()
+        interpreter.patch_torch_cpu()
+        BASE = base  # the flag_gems patches below are chosen per base
+        interpreter.patch_flag_gems_cpu(base)
+    elif mode == "cuda":
+        import triton
+
+        if triton.knobs.runtime.interpret:
+            raise RuntimeError(
+                "cuda emulation mode runs compiled Triton; unset TRITON_INTERPRET"
+            )
+        os.environ["GEMS_VENDOR"] = "kunlunxin"
+        shims.patch_triton_common()
+        shims.patch_triton_jit_run()
+    BASE = base
+    MODE = mode
+    return mode
+
+
+def require(*modes: str) -> str:
+    """The active mode; raises unless activate() ran (and, given modes, picked one)."""
+    if MODE is None:
+        raise RuntimeError(
+            "call copyfix.emulation.activate() first (before importing flag_gems)"
+        )
+    if modes and MODE not in modes:
+        raise RuntimeError(
+            f"not available in {MODE!r} mode (only in {', '.join(modes)})"
+        )
+    return MODE
+
+
+def cache_dir() -> Path:
+    """Directory where FlagGems writes its generated wrappers/kernels (code_cache/ below it)."""
+    require()
+    return Path(os.environ.get("FLAGGEMS_CACHE_DIR") or (Path.home() / ".flaggems"))
+
+
+def device() -> str:
+    """Device string for tensors under test: "cpu" in cpu mode, else flag_gems.device."""
+    if require() == "cpu":
+        return "cpu"
+    import flag_gems
+
+    return flag_gems.device
+
+
+# The submodules read MODE through require() at call time, so they come after it.
+from . import interpreter, shims  # noqa: E402
+from .faults import xpu_fallback_failure  # noqa: E402, F401
+from .interpreter import cpu_dispatch  # noqa: E402, F401
+from .kunlunxin import base_copy_module, copy_module  # noqa: E402, F401
