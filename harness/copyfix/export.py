@@ -1,7 +1,7 @@
 """Export the PR files: `copy.patch`, and one commit on a new branch of a FlagGems checkout.
 
-    python -m copyfix.export patch            # regenerate copy.patch (5.0.2 pre-image -> ours)
-    python -m copyfix.export check-patch      # exit 1 if copy.patch is stale
+    python -m copyfix.export patch            # regenerate the installed base's patch (pre-image -> ours)
+    python -m copyfix.export check-patch      # exit 1 if that patch is stale
     python -m copyfix.export pr <checkout>    # what `make pr UPSTREAM=...` runs
 
 The export refuses a checkout whose kunlunxin copy.py is not a known pre-image
@@ -30,7 +30,24 @@ PR_FILES = [
     "tests/test_copy_ops.py",
     "benchmark/test_copy_strided.py",
 ]
-PATCH = REPO / "copy.patch"
+# `git apply`-able diffs of the op, one per base it was written against (the seed's
+# copy.patch is the 5.0.2 one).  The installed base picks which one is checked/written.
+PATCHES = {
+    "5.0.2": REPO / "copy.patch",
+    "main-2026-08-21": REPO / "copy-main-2026-08-21.patch",
+}
+
+
+def patch_path() -> Path:
+    """The patch file for the base the installed flag_gems was composed from."""
+    from copyfix.emulation import flag_gems_base
+
+    base = flag_gems_base()
+    if base not in PATCHES:
+        raise SystemExit(f"no patch is kept for the installed flag_gems base ({base})")
+    return PATCHES[base]
+
+
 BRANCH = "kunlunxin/strided-copy"
 COMMIT_MESSAGE = """[KUNLUNXIN] Route strided copy_ through the pointwise_dynamic kernel
 
@@ -56,7 +73,7 @@ def preimages() -> list[str]:
 
 
 def base_copy_text() -> str:
-    """The flag-gems 5.0.2 copy.py, as the editable build kept it."""
+    """The base's kunlunxin copy.py, as the editable build kept it."""
     kept = (
         REPO
         / "build"
@@ -84,8 +101,9 @@ def make_patch(pre_image: str, path: str = COPY_PY) -> str:
 
 
 def write_patch() -> Path:
-    PATCH.write_text(make_patch(base_copy_text()))
-    return PATCH
+    path = patch_path()
+    path.write_text(make_patch(base_copy_text()))
+    return path
 
 
 def _git(checkout: Path, *args: str) -> str:
@@ -153,7 +171,7 @@ def main(argv=None) -> int:
     if args.cmd == "patch":
         print(f"wrote {write_patch()}")
     elif args.cmd == "check-patch":
-        if PATCH.read_text() != make_patch(base_copy_text()):
+        if patch_path().read_text() != make_patch(base_copy_text()):
             print("copy.patch is stale: run `make patch`", file=sys.stderr)
             return 1
         print("copy.patch is in sync")
