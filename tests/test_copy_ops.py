@@ -27,6 +27,7 @@ from unittest import mock
 
 import pytest
 import torch
+import triton
 
 import flag_gems
 
@@ -674,38 +675,98 @@ def test_copy_splits_what_int32_cannot_index(monkeypatch, request):
     case.check()
 
 
+@contextlib.contextmanager
+def count_libentry_runs():
+    """Count LibEntry.run calls: the generated wrapper's launches (fast ones skip it)."""
+    from flag_gems.utils.libentry import LibEntry
+
+    with mock.patch.object(
+        LibEntry, "run", autospec=True, side_effect=LibEntry.run
+    ) as run:
+        yield run
+
+
 @pytest.mark.copy_
-def test_copy_launch_shortcut_detection_and_exactness():
-    # The CompiledKernel shortcut is taken only where it is known to work (stock
-    # Triton 3.6 compiled kernels); the interpreter never takes it.
+def test_copy_fast_launch_replays_what_libentry_launched(request):
+    # The first copy of a layout goes through the generated wrapper and LibEntry;
+    # later copies of that layout launch LibEntry's cached kernel directly.
     mod = copy_module()
-    supported = mod._compiled_launch_supported()
-    if DEVICE == "cpu":
-        assert not supported
-    with mock.patch.object(mod, "_launch_compiled", wraps=mod._launch_compiled) as fast:
-        for seed in range(3):  # first call builds the entry, later ones reuse it
+    mod._launches.clear()
+    request.addfinalizer(mod._launches.clear)
+    with count_libentry_runs() as run:
+        for seed in range(3):
             case = Case("permute4d", torch.float32, torch.bfloat16, seed=seed)
-            gems_copy_(case.dst, case.src)
+            with track_paths() as paths:
+                gems_copy_(case.dst, case.src)
+            assert paths.ranks == [LAYOUTS["permute4d"][4]] and paths.fallbacks == 0
             case.check()
-        # another pointer alignment of the same layout: a different entry
-        src = torch.randn(2 * 3 * 4 * 5 + 1, device=DEVICE)[1:].view(2, 3, 4, 5)
-        dst = torch.empty(2, 3, 5, 4, device=DEVICE)
-        gems_copy_(dst, src.transpose(2, 3))
-        assert_bit_exact(dst, host_view(src).transpose(2, 3).contiguous(), "offset")
-    assert fast.call_count == (4 if supported else 0)
+        assert run.call_count == 1
+        assert sum(v is not None for v in mod._launches.values()) == 1
+        # another pointer alignment of the same layout: a new entry, exact again
+        for _ in range(2):
+            src = torch.randn(2 * 3 * 4 * 5 + 1, device=DEVICE)[1:].view(2, 3, 4, 5)
+            dst = torch.empty(2, 3, 5, 4, device=DEVICE)
+            gems_copy_(dst, src.transpose(2, 3))
+            expected = host_view(src).transpose(2, 3).contiguous()
+            assert_bit_exact(dst, expected, "offset")
+        assert run.call_count == 2
 
 
 @pytest.mark.copy_
-def test_copy_launch_shortcut_falls_back_to_the_normal_launch(monkeypatch):
-    # Where the compiled kernel cannot be obtained, the generated wrapper runs.
+def test_copy_fast_launch_calls_the_launch_hooks(request):
+    # A profiler's launch hooks see a fast launch as they see LibEntry's own launch
+    # of its cached kernel.
     mod = copy_module()
-    monkeypatch.setattr(mod, "_compiled_launch_supported", lambda: True)
-    monkeypatch.setattr(mod, "_compile_for", lambda *args: None)
-    case = Case("sdpa_mask", torch.float32, torch.float16, seed=7)
-    with track_paths() as paths:
+    mod._launches.clear()
+    request.addfinalizer(mod._launches.clear)
+    hook = mock.Mock()
+    triton.knobs.runtime.launch_enter_hook.add(hook)
+    request.addfinalizer(lambda: triton.knobs.runtime.launch_enter_hook.remove(hook))
+    counts = []
+    for seed in range(3):
+        if seed == 2:  # the same layout again, through LibEntry's cached launch
+            mod._launches.update(dict.fromkeys(mod._launches))
+        case = Case("transpose", torch.float16, torch.float32, seed=seed)
+        before = hook.call_count
         gems_copy_(case.dst, case.src)
-    assert paths.ranks == [3] and paths.fallbacks == 0
-    case.check()
+        counts.append(hook.call_count - before)
+        case.check()
+    fast, libentry_cached = counts[1], counts[2]
+    assert fast == libentry_cached >= 1
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("failure", ["unexpected_record", "launch_raises"])
+def test_copy_fast_launch_falls_back_to_the_wrapper(monkeypatch, request, failure):
+    # Whatever goes wrong with the recorded launch, the generated wrapper copies.
+    mod = copy_module()
+    mod._launches.clear()
+    request.addfinalizer(mod._launches.clear)
+    if failure == "unexpected_record":
+        from flag_gems.utils.libentry import LibEntry
+
+        stock = LibEntry.run
+        monkeypatch.setattr(LibEntry, "run", lambda *a, **k: (stock(*a, **k), None))
+    else:
+        original = mod._launch_and_record
+
+        def broken_runner(*args, **kwargs):
+            raise RuntimeError("launch failed")
+
+        def record(*args):
+            recorded = original(*args)
+            return None if recorded is None else (broken_runner, recorded[1])
+
+        monkeypatch.setattr(mod, "_launch_and_record", record)
+    with count_libentry_runs() as run:
+        for seed in range(3):
+            case = Case("sdpa_mask", torch.float32, torch.float16, seed=seed)
+            with track_paths() as paths:
+                gems_copy_(case.dst, case.src)
+            assert paths.ranks == [3] and paths.fallbacks == 0
+            case.check()
+        assert run.call_count == 3  # every copy went through the wrapper
+    assert list(mod._launches.values()) == [None]
 
 
 # ---------------------------------------------------------------------------

@@ -95,13 +95,52 @@ class Timer:
 
 
 def _device_slug(torch, mode):
+    """Device name for result files, suffixed with the FlagGems base unless 5.0.2."""
+    suffix = "" if emulation.BASE in (None, "5.0.2") else f"_{emulation.BASE}"
     if mode == "cpu":
-        return "cpu-interpreter"
+        return "cpu-interpreter" + suffix
     name = torch.cuda.get_device_name()
     for key in ("H200", "H100", "A100", "P800"):
         if key in name.upper():
-            return key.lower()
-    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
+            return key.lower() + suffix
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-") + suffix
+
+
+COPY_PY = "src/flag_gems/runtime/backend/_kunlunxin/ops/copy.py"
+
+
+def op_identity() -> dict:
+    """Which copy.py was measured: its last commit (git here, or $COPYFIX_OP_COMMIT
+    where the tree travelled without .git) and the sha256 of the file itself."""
+    import hashlib
+    import os
+    import subprocess
+
+    commit = os.environ.get("COPYFIX_OP_COMMIT")
+    if not commit:
+        done = subprocess.run(
+            ["git", "-C", str(REPO), "log", "-1", "--format=%H", "--", COPY_PY],
+            capture_output=True,
+            text=True,
+        )
+        commit = done.stdout.strip() or None
+    digest = hashlib.sha256((REPO / COPY_PY).read_bytes()).hexdigest()
+    return {"op_commit": commit, "op_sha256": digest}
+
+
+def _wrapper_only(wrapper, src, dst):
+    """Stands in for copy_'s _launch_and_record: copy, record nothing (fast path off)."""
+    wrapper(src, out0=dst)
+
+
+def _launch_path(ours) -> str:
+    """Which launch path the last layout copy_ saw takes (after its first copy)."""
+    entries = list(ours._launches.values())
+    if not entries:
+        return "no Triton launch"
+    if all(e is not None for e in entries):
+        return "fast launch (LibEntry's cached kernel, kernel[grid](*args))"
+    return "generated wrapper (LibEntry.run)"
 
 
 def measure(args):
@@ -110,7 +149,7 @@ def measure(args):
 
     import flag_gems
 
-    versions = emulation.versions()
+    versions, op = emulation.versions(), op_identity()
     mod, device = emulation.copy_module(), emulation.device()
     on_device = mode != "cpu"
     timer = Timer(torch, on_device)
@@ -139,7 +178,9 @@ def measure(args):
                 lambda: timer.host_us(lambda: probe_dst.copy_(probe_src))
             )
             with flag_gems.use_gems(include=["copy_"]):
+                mod._launches.clear()
                 gems_host = timer.host_us(lambda: probe_dst.copy_(probe_src))
+                host_path = _launch_path(mod)
             for side in sides:
                 dst, src = layouts[layout](side, sd, dd, device)
                 with (
@@ -186,6 +227,8 @@ def measure(args):
                         "direct_ms": direct_ms,
                         "aten_host_us": aten_host["value"],
                         "gems_host_us": gems_host,
+                        "host_launch_path": host_path,
+                        **op,
                         "host_probe_numel": probe_dst.numel(),
                         "gbps": moved / (gems_ms * 1e-3) / 1e9,
                         "launches": len(paths.ranks),
@@ -309,24 +352,35 @@ def report():
         v = data["versions"]
         lines += [
             "",
-            f"## Host overhead before/after — {data['device']}, mode `{data['mode']}` (`results/{f.name}`)",
+            f"## Host cost per copy_ — {data['device']}, mode `{data['mode']}`, "
+            f"FlagGems base {v['flag_gems']} (`results/{f.name}`)",
             "",
-            f"torch {v['torch']}, triton {v['triton']}; {data['numel']}-element fp32 copies, wall µs per call, "
-            "one run (`python -m copyfix.bench host`). *before*: the same copy_ with the launch shortcut "
-            "off (generated wrapper, LibEntry, JITFunction.run); *after*: as shipped.",
+            f"torch {v['torch']}, triton {v['triton']}; {data['numel']}-element fp32 copies, "
+            "wall µs per call, one run (`python -m copyfix.bench host`), op "
+            f"`{(data.get('op_commit') or 'unknown')[:12]}`. Launch path taken: "
+            f"{', '.join(data.get('launch_path', ['not recorded']))}. *fast path off*: the same "
+            "copy_ with every layout left on the generated wrapper (LibEntry.run, "
+            "JITFunction.run on a first launch).",
             "",
-            "| layout | aten | before | after | after/aten | our checks only | generated wrapper only "
-            "| base 5.0.2 copy_ |",
+            "| layout | aten | ours dispatched | ours/aten | fast path off "
+            "| generated wrapper only | our checks only | base copy_ |",
             "|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for layout, row in data["host_us"].items():
             after, aten = row["ours dispatched"], row["aten"]
-            base_us = row.get("base 5.0.2 copy_ (direct)")
+            off = row.get("ours dispatched, fast path off")
+            base_us = next((u for k, u in row.items() if k.startswith("base ")), None)
             lines.append(
-                f"| {layout} | {aten:.1f} | {row['ours dispatched, shortcut off']:.1f} | {after:.1f} | "
-                f"{after / aten:.2f} | {row['our checks only']:.1f} | {row['generated wrapper only']:.1f} | "
+                f"| {layout} | {aten:.1f} | {after:.1f} | {after / aten:.2f} | "
+                f"{_fmt(off, '.1f')} | {row['generated wrapper only']:.1f} | "
+                f"{row['our checks only']:.1f} | "
                 f"{'n/a (aten path)' if base_us is None else f'{base_us:.1f}'} |"
             )
+        if "median_dispatched_over_aten" in data:
+            lines += [
+                "",
+                f"Median ours dispatched / aten: {data['median_dispatched_over_aten']:.2f}.",
+            ]
     (DOCS / "PERFORMANCE_ACCURACY.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {DOCS / 'PERFORMANCE_ACCURACY.md'}")
 
@@ -394,30 +448,38 @@ def host(args):
         "transpose": (torch.empty_like(a), a.t()),
     }
     print(f"mode={mode} {emulation.versions()}")
-    rows = {}
+    base_key = f"base {emulation.BASE} copy_ (direct)"
+    rows, paths = {}, {}
     for name, (dst, src) in cases.items():
         shape, ds, ss = ours._coalesce(tuple(dst.shape), dst.stride(), src.stride())
         dv, sv = dst.as_strided(shape, ds), src.as_strided(shape, ss)
         wrapper = ours._copy_kernel.instantiate(len(shape))
         row = {"aten": timer.host_us(lambda: dst.copy_(src))}
         with flag_gems.use_gems(include=["copy_"]):
+            ours._launches.clear()
             row["ours dispatched"] = timer.host_us(lambda: dst.copy_(src))
-            with mock.patch.object(ours, "_compiled_launch_supported", lambda: False):
-                row["ours dispatched, shortcut off"] = timer.host_us(
+            paths[name] = _launch_path(ours)
+            # the same copy_ with every layout left on the generated wrapper
+            with (
+                mock.patch.dict(ours._launches, clear=True),
+                mock.patch.object(ours, "_launch_and_record", _wrapper_only),
+            ):
+                row["ours dispatched, fast path off"] = timer.host_us(
                     lambda: dst.copy_(src)
                 )
         row["generated wrapper only"] = timer.host_us(lambda: wrapper(sv, out0=dv))
         with mock.patch.object(ours, "_launch", lambda *args: None):
             row["our checks only"] = timer.host_us(lambda: ours.copy_(dst, src))
         if src.is_contiguous():  # the base sends strided sources to aten
-            row["base 5.0.2 copy_ (direct)"] = timer.host_us(
-                lambda: base.copy_(dst, src)
-            )
+            row[base_key] = timer.host_us(lambda: base.copy_(dst, src))
         rows[name] = row
         print(
-            f"{name:11s} " + "  ".join(f"{k}={v:.1f}us" for k, v in row.items()),
+            f"{name:11s} [{paths[name]}] "
+            + "  ".join(f"{k}={v:.1f}us" for k, v in row.items()),
             flush=True,
         )
+    ratio = statistics.median(r["ours dispatched"] / r["aten"] for r in rows.values())
+    print(f"median ours dispatched / aten = {ratio:.2f}")
     if on_device:
         RESULTS.mkdir(exist_ok=True)
         out = RESULTS / f"copy_host_overhead_{_device_slug(torch, mode)}.json"
@@ -428,6 +490,10 @@ def host(args):
                     "versions": emulation.versions(),
                     "device": torch.cuda.get_device_name(),
                     "numel": HOST_SIDE * HOST_SIDE,
+                    "launch_path": sorted(set(paths.values())),
+                    "launch_path_per_layout": paths,
+                    **op_identity(),
+                    "median_dispatched_over_aten": round(ratio, 3),
                     "host_us": rows,
                 },
                 indent=1,

@@ -585,3 +585,51 @@ def test_cuda_mode_activation_smoke():
         timeout=300,
     )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_fast_launch_passes_the_arguments_libentry_passes(request):
+    """copy_'s fast launch replays LibEntry's own launch of its cached kernel: the
+    same kernel object, grid and argument list (in cpu mode LibEntry runs for real,
+    with InterpretedKernel standing in for Triton's CompiledKernel)."""
+    import triton
+
+    module = emulation.copy_module()
+    kernel_class = (
+        emulation.interpreter.InterpretedKernel
+        if MODE == "cpu"
+        else triton.compiler.CompiledKernel
+    )
+    module._launches.clear()
+    request.addfinalizer(module._launches.clear)
+    launches = []
+    stock_getitem = kernel_class.__getitem__
+
+    def getitem(self, grid):
+        runner = stock_getitem(self, grid)
+
+        def recording_runner(*args):
+            launches.append((self, grid, args))
+            return runner(*args)
+
+        return recording_runner
+
+    src = torch.randn(8, 6, device=DEV).t()
+    dst = torch.empty(6, 8, dtype=torch.bfloat16, device=DEV)
+    with mock.patch.object(kernel_class, "__getitem__", getitem):
+        module.copy_(dst, src)  # first copy of the layout: through the wrapper
+        module._launches.update(dict.fromkeys(module._launches))  # fast path off
+        module.copy_(dst, src)  # LibEntry launches its cached kernel itself
+        module._launches.clear()
+        module.copy_(dst, src)  # recorded again ...
+        module.copy_(dst, src)  # ... and launched fast
+    assert_same_bits(dst, src.to(torch.bfloat16))
+    libentry_kernel, libentry_grid, libentry_args = launches[0]
+    fast_kernel, fast_grid, fast_args = launches[-1]
+    assert fast_kernel is libentry_kernel and fast_grid == libentry_grid
+    assert len(fast_args) == len(libentry_args)
+    assert (
+        fast_args[0] is src and fast_args[1] is dst
+    )  # LibEntry got the wrapper's views
+    for ours, theirs in zip(fast_args[:2], libentry_args[:2]):
+        assert ours.data_ptr() == theirs.data_ptr() and ours.dtype == theirs.dtype
+    assert fast_args[2:] == libentry_args[2:]

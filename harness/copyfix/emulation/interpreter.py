@@ -30,13 +30,15 @@ _state = threading.local()  # .staging > 0 while the interpreter writes results 
 # `kernel[grid](*args)`, with every kernel parameter in signature order, constexprs
 # included (compiler/compiler.py CompiledKernel.__getitem__ and the 3.6 launcher).
 # The interpreter compiles nothing and returns None.  InterpretedKernel stands in for
-# the CompiledKernel: the same launch protocol, run on the interpreter, and as strict
-# about the argument count as the compiled launcher.
+# the CompiledKernel: the same launch protocol (launch hooks included), run on the
+# interpreter, and as strict about the argument count as the compiled launcher.
 class InterpretedKernel:
     def __init__(self, jit_fn):
         self.jit_fn = jit_fn
 
     def __getitem__(self, grid):
+        from triton import knobs
+
         params = self.jit_fn.params
 
         def runner(*args):
@@ -45,7 +47,11 @@ class InterpretedKernel:
                     f"{self.jit_fn!r} launched with {len(args)} arguments; the compiled "
                     f"kernel takes {len(params)} (every parameter, constexprs included)"
                 )
+            # the compiled launcher calls the profiler's launch hooks around a launch
+            metadata = {"name": self.jit_fn.__name__, "stream": None}
+            knobs.runtime.launch_enter_hook(metadata)
             self.jit_fn.interpreted.run(*args, grid=grid, warmup=False)
+            knobs.runtime.launch_exit_hook(metadata)
 
         return runner
 

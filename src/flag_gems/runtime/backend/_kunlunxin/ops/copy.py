@@ -22,15 +22,17 @@ on XPU has no working non-contiguous elementwise kernel.
 """
 
 import functools
+import inspect
 import logging
-import os
+import sys
+import threading
 from typing import Optional
 
 import torch
 import triton
 
-from flag_gems.runtime import device
-from flag_gems.utils.shape_utils import heuristics_for_num_warps
+from flag_gems.runtime import device, torch_device_fn
+from flag_gems.utils.libentry import LibEntry
 
 from ..utils.codegen_config_utils import CodeGenConfig
 from ..utils.pointwise_dynamic import pointwise_dynamic
@@ -310,117 +312,106 @@ def _launch(dst: torch.Tensor, src: torch.Tensor, plan=None) -> None:
         return _launch(dst[half:], src[half:])
     to_bool = dst.dtype is torch.bool and src.dtype is not torch.bool
     kernel = (_copy_to_bool_kernel if to_bool else _copy_kernel).instantiate(len(shape))
-    if _compiled_launch_supported() and _launch_compiled(
-        kernel, dst, src, shape, dst_strides, src_strides, numel
-    ):
+    device = torch_device_fn.current_device()
+    if dst.get_device() != device:  # LibEntry's cached kernels are per current device
+        kernel(
+            src.as_strided(shape, src_strides), out0=dst.as_strided(shape, dst_strides)
+        )
         return
-    kernel(src.as_strided(shape, src_strides), out0=dst.as_strided(shape, dst_strides))
-
-
-# Launch shortcut. The generated wrapper, LibEntry and JITFunction.run cost tens
-# of microseconds per call on the host. For stock Triton 3.6 (its CompiledKernel
-# launch protocol is what this relies on), a copy whose shape, strides, dtypes,
-# pointer alignment and device were seen before starts the CompiledKernel that
-# Triton built for it directly. Keying on the exact argument values (pointers
-# aside) makes the key finer than any Triton specialization. Anything else (the
-# interpreter, KunlunXIN's Triton fork, GEMS_KUNLUNXIN_COPY_FAST_LAUNCH=0) takes
-# the normal launch above.
-_NUM_CTAS = 12  # the kunlunxin 1-D tile codegen's grid
-_compiled = {}
-_KNOBS = getattr(getattr(triton, "knobs", None), "runtime", None)
-_current_stream = None  # the active driver's get_current_stream, once known
-
-
-@functools.lru_cache(maxsize=None)
-def _compiled_launch_supported() -> bool:
-    if os.environ.get("GEMS_KUNLUNXIN_COPY_FAST_LAUNCH", "1") == "0":
-        return False
-    if not triton.__version__.startswith("3.6.") or _KNOBS is None or _KNOBS.interpret:
-        return False
-    global _current_stream
-    compiled_kernel = getattr(triton.compiler, "CompiledKernel", None)
-    _current_stream = getattr(triton.runtime.driver.active, "get_current_stream", None)
-    return _current_stream is not None and all(
-        hasattr(compiled_kernel, attr) for attr in ("run", "launch_metadata")
-    )
-
-
-def _launch_compiled(wrapper, dst, src, shape, dst_strides, src_strides, numel):
-    device = dst.get_device()
     key = (
-        wrapper,
+        kernel,
         device,
         src.dtype,
         dst.dtype,
         src.data_ptr() % 16 == 0,
         dst.data_ptr() % 16 == 0,
-        shape,
-        dst_strides,
-        src_strides,
+        plan,
     )
-    entry = _compiled.get(key)
-    if entry is None:
-        entry = _compile_for(wrapper, src, dst, shape, dst_strides, src_strides, numel)
-        if entry is None:
-            return False
-        if len(_compiled) > 4096:
-            _compiled.clear()
-        _compiled[key] = entry
-    compiled, constexprs = entry
-    args = (src, dst, *src_strides, *dst_strides, *shape, numel, *constexprs)
-    grid = (_NUM_CTAS, 1, 1)
-    stream = triton.runtime.driver.active.get_current_stream(device)
-    enter, leave = (
-        triton.knobs.runtime.launch_enter_hook,
-        triton.knobs.runtime.launch_exit_hook,
-    )
-    if getattr(enter, "calls", True) or getattr(leave, "calls", True):
-        metadata = compiled.launch_metadata(grid, stream, *args)  # a profiler listens
-    else:
-        metadata = enter = leave = None  # empty hook chains: nothing to call
-    compiled.run(
-        *grid,
-        stream,
-        compiled.function,
-        compiled.packed_metadata,
-        metadata,
-        enter,
-        leave,
-        *args,
-    )
-    return True
+    launch = _launches.get(key, _UNSEEN)
+    if launch is _UNSEEN:
+        if len(_launches) >= _MAX_LAUNCHES:
+            _launches.clear()
+        src_view = src.as_strided(shape, src_strides)
+        dst_view = dst.as_strided(shape, dst_strides)
+        _launches[key] = _launch_and_record(kernel, src_view, dst_view)
+        return
+    if launch is not None:
+        runner, args = launch
+        try:
+            return runner(src, dst, *args)
+        except Exception as error:  # whatever it was, the wrapper still works
+            logger.debug("GEMS_KUNLUNXIN COPY_ fast launch failed: %r", error)
+            _launches[key] = None
+    kernel(src.as_strided(shape, src_strides), out0=dst.as_strided(shape, dst_strides))
 
 
-def _compile_for(wrapper, src, dst, shape, dst_strides, src_strides, numel):
-    """The CompiledKernel and constexpr values for these arguments, or None."""
-    rank = len(shape)
-    entry = wrapper.__globals__.get(wrapper.__name__.replace("_wrapper_", "_kernel_"))
-    jit_fn = getattr(entry, "fn", entry)
-    names = [f"in0_stride{i}" for i in range(rank)]
-    names += [f"out0_stride{i}" for i in range(rank)] + [f"s{i}" for i in range(rank)]
-    expected = ["in0_ptr", "out0_ptr", *names, "num_tasks"]
-    expected += ["tiles_per_cta", "tile_size", "one_tile_per_cta"]
-    if getattr(jit_fn, "arg_names", None) != expected:
-        return None  # not the kernel layout this shortcut was written for
-    tile_size = triton.next_power_of_2(triton.cdiv(numel, _NUM_CTAS))
-    constexprs = (1, tile_size, True)
-    src_view = src.as_strided(shape, src_strides)
-    dst_view = dst.as_strided(shape, dst_strides)
-    with torch.cuda.device(dst.device):
-        compiled = jit_fn.warmup(
-            src_view,
-            dst_view,
-            *src_strides,
-            *dst_strides,
-            *shape,
-            numel,
-            *constexprs,
-            grid=(_NUM_CTAS, 1, 1),
-            num_warps=heuristics_for_num_warps(tile_size),
-        )
-    if not hasattr(compiled, "packed_metadata"):
+# Fast launch. The generated wrapper and LibEntry.run cost tens of microseconds of
+# host time per launch. The first copy of a layout (dtypes, pointer alignment,
+# coalesced shape and strides, current device) goes through the wrapper, and what
+# the wrapper asked LibEntry to launch is recorded then: the kernel LibEntry
+# compiled and cached, the grid, and the argument list LibEntry builds for a cached
+# kernel. Later copies of that layout launch that kernel as LibEntry does,
+# `kernel[grid](*args)`. A layout whose launch looked unexpected stays on the wrapper.
+_UNSEEN = object()
+_MAX_LAUNCHES = 4096
+_launches = {}  # layout key -> (runner, arguments after src and dst), or None
+_record_lock = threading.Lock()
+
+
+def _launch_and_record(wrapper, src, dst):
+    """Copy through the generated wrapper; return what to launch next time, or None."""
+    entries = [v for v in wrapper.__globals__.values() if isinstance(v, LibEntry)]
+    if len(entries) != 1:
+        wrapper(src, out0=dst)
         return None
-    return compiled, constexprs
+    entry = entries[0]
+    calls = []
+    thread = threading.get_ident()
+
+    def run(*args, **kwargs):
+        result = type(entry).run(entry, *args, **kwargs)
+        if threading.get_ident() == thread:
+            calls.append((args, kwargs, result))
+        return result
+
+    with _record_lock:
+        entry.run = run  # seen by LibEntry.__getitem__, which the wrapper calls
+        try:
+            wrapper(src, out0=dst)
+        finally:
+            del entry.run
+    if len(calls) != 1 or entry.fn is not entry.jit_function:
+        return None  # not one plain JIT kernel launch: leave it to the wrapper
+    args, kwargs, result = calls[0]
+    grid = kwargs.get("grid")
+    if not (isinstance(grid, tuple) and isinstance(result, tuple) and len(result) == 2):
+        return None
+    kernel, constexprs = result  # what LibEntry.run returns: its cached kernel
+    if not isinstance(constexprs, dict):
+        return None
+    given = {**dict(zip(entry.arg_names, args)), **kwargs}
+    values = []
+    for param in entry.jit_function.params:
+        if param.is_constexpr and not _LIBENTRY_PASSES_CONSTEXPRS:
+            continue
+        value = given.get(param.name, constexprs.get(param.name, param.default))
+        if value is inspect.Parameter.empty:
+            return None
+        values.append(value)
+    if len(values) < 2 or values[0] is not src or values[1] is not dst:
+        return None
+    return kernel[(grid + (1, 1))[:3]], tuple(values[2:])
+
+
+def _libentry_passes_constexprs() -> bool:
+    # LibEntry launches a cached kernel with every parameter, constexprs included,
+    # on the Triton versions whose launchers take them, and without them elsewhere;
+    # it decides from its own module's version flags, and so does this.
+    module = sys.modules[LibEntry.__module__]
+    return module.major_version == 3 and 3 <= module.minor_version <= 6
+
+
+_LIBENTRY_PASSES_CONSTEXPRS = _libentry_passes_constexprs()
 
 
 def copy(
