@@ -249,7 +249,12 @@ def track_paths():
         return redispatch(*args, **kwargs)
 
     with contextlib.ExitStack() as stack:
-        for kernel in (mod._copy_kernel, mod._copy_to_bool_kernel):
+        for kernel in (
+            mod._copy_kernel,
+            mod._copy_to_bool_kernel,
+            mod._copy_via_fp32_kernel,
+            mod._copy_via_int64_kernel,
+        ):
             stack.enter_context(
                 mock.patch.object(kernel, "instantiate", counting(kernel.instantiate))
             )
