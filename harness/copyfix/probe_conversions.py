@@ -54,48 +54,172 @@ _BITS_DTYPE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 # values that C leaves undefined for some destination (see undefined()).
 
 _FP32_BITS = [
-    0x00000000, 0x80000000, 0x7F800000, 0xFF800000,  # +-0, +-inf
-    0x7FC00000, 0xFFC00000, 0x7F800001, 0x7FFFFFFF,  # NaNs: quiet +-, signalling, max payload
-    0x00000001, 0x00400000, 0x007FFFFF, 0x80000001,  # fp32 subnormals
-    0x00800000, 0x7F7FFFFF, 0xFF7FFFFF,  # fp32 min normal, +-max
-    0x3F808000, 0x3F818000, 0x3F808001, 0x3F807FFF, 0xBF818000,  # bf16 ties at 1
-    0x7F7F7FFF, 0x7F7F8000, 0x7F7F8001, 0xFF7F8000,  # bf16 overflow threshold
-    0x00008000, 0x00018000, 0x00010000, 0x00007FFF, 0x007F8000, 0x80008001,  # bf16 subnormals
-    0x477FEFFF, 0x477FF000, 0x477FF001, 0xC77FF000,  # fp16 overflow threshold (65520)
-    0x3F801000, 0x3F803000, 0x3F801001,  # fp16 ties at 1
-    0x33000000, 0x33000001, 0x33C00000, 0x387FC000,  # fp16 subnormal ties
+    0x00000000,
+    0x80000000,
+    0x7F800000,
+    0xFF800000,  # +-0, +-inf
+    0x7FC00000,
+    0xFFC00000,
+    0x7F800001,
+    0x7FFFFFFF,  # NaNs: quiet +-, signalling, max payload
+    0x00000001,
+    0x00400000,
+    0x007FFFFF,
+    0x80000001,  # fp32 subnormals
+    0x00800000,
+    0x7F7FFFFF,
+    0xFF7FFFFF,  # fp32 min normal, +-max
+    0x3F808000,
+    0x3F818000,
+    0x3F808001,
+    0x3F807FFF,
+    0xBF818000,  # bf16 ties at 1
+    0x7F7F7FFF,
+    0x7F7F8000,
+    0x7F7F8001,
+    0xFF7F8000,  # bf16 overflow threshold
+    0x00008000,
+    0x00018000,
+    0x00010000,
+    0x00007FFF,
+    0x007F8000,
+    0x80008001,  # bf16 subnormals
+    0x477FEFFF,
+    0x477FF000,
+    0x477FF001,
+    0xC77FF000,  # fp16 overflow threshold (65520)
+    0x3F801000,
+    0x3F803000,
+    0x3F801001,  # fp16 ties at 1
+    0x33000000,
+    0x33000001,
+    0x33C00000,
+    0x387FC000,  # fp16 subnormal ties
 ]
 _FP32_VALUES = [
-    65504.0, 2.0**-24, 2.0**-14, -(2.0**-24),  # fp16 max, min subnormal, min normal
-    0.5, -0.5, 1 - 2.0**-24, 1.5, -1.5, 2.75, -2.75, -0.75,  # truncation toward zero
-    127.5, -128.75, 128.0, -129.0, 255.75, 256.0, -1.0, 300.5,  # 8-bit ranges (UB beyond)
-    32767.5, -32768.5, 32768.0, 65535.0, 65536.0,  # 16-bit ranges
-    16777216.0, 16777218.0, 2147483520.0, -2147483648.0, 2147483648.0,  # int32 range
-    2.0**62, -(2.0**63), 2.0**63, 1e10, -1e10,  # int64 range
+    65504.0,
+    2.0**-24,
+    2.0**-14,
+    -(2.0**-24),  # fp16 max, min subnormal, min normal
+    0.5,
+    -0.5,
+    1 - 2.0**-24,
+    1.5,
+    -1.5,
+    2.75,
+    -2.75,
+    -0.75,  # truncation toward zero
+    127.5,
+    -128.75,
+    128.0,
+    -129.0,
+    255.75,
+    256.0,
+    -1.0,
+    300.5,  # 8-bit ranges (UB beyond)
+    32767.5,
+    -32768.5,
+    32768.0,
+    65535.0,
+    65536.0,  # 16-bit ranges
+    16777216.0,
+    16777218.0,
+    2147483520.0,
+    -2147483648.0,
+    2147483648.0,  # int32 range
+    2.0**62,
+    -(2.0**63),
+    2.0**63,
+    1e10,
+    -1e10,  # int64 range
 ]
 _FP16_BITS = [
-    0x0000, 0x8000, 0x7C00, 0xFC00,  # +-0, +-inf
-    0x7E00, 0xFE00, 0x7C01, 0x7FFF,  # NaNs
-    0x0001, 0x0200, 0x03FF, 0x8001,  # subnormals
-    0x0400, 0x7BFF, 0xFBFF,  # min normal, +-max
-    0x3C04, 0x3C0C, 0x3C05, 0x3C03, 0xBC0C,  # bf16 ties at 1
+    0x0000,
+    0x8000,
+    0x7C00,
+    0xFC00,  # +-0, +-inf
+    0x7E00,
+    0xFE00,
+    0x7C01,
+    0x7FFF,  # NaNs
+    0x0001,
+    0x0200,
+    0x03FF,
+    0x8001,  # subnormals
+    0x0400,
+    0x7BFF,
+    0xFBFF,  # min normal, +-max
+    0x3C04,
+    0x3C0C,
+    0x3C05,
+    0x3C03,
+    0xBC0C,  # bf16 ties at 1
 ]
 _FP16_VALUES = [
-    0.5, -1.5, 2.75, -0.75, 127.5, -128.0, -129.0, 255.875, 256.0, -1.0,
-    300.5, 32752.0, -32768.0, 32768.0, 65504.0, -65504.0,
+    0.5,
+    -1.5,
+    2.75,
+    -0.75,
+    127.5,
+    -128.0,
+    -129.0,
+    255.875,
+    256.0,
+    -1.0,
+    300.5,
+    32752.0,
+    -32768.0,
+    32768.0,
+    65504.0,
+    -65504.0,
 ]
 _BF16_BITS = [
-    0x0000, 0x8000, 0x7F80, 0xFF80,  # +-0, +-inf
-    0x7FC0, 0xFFC0, 0x7F81, 0x7FFF,  # NaNs
-    0x0001, 0x0040, 0x007F, 0x8001,  # subnormals
-    0x0080, 0x7F7F, 0xFF7F,  # min normal, +-max
+    0x0000,
+    0x8000,
+    0x7F80,
+    0xFF80,  # +-0, +-inf
+    0x7FC0,
+    0xFFC0,
+    0x7F81,
+    0x7FFF,  # NaNs
+    0x0001,
+    0x0040,
+    0x007F,
+    0x8001,  # subnormals
+    0x0080,
+    0x7F7F,
+    0xFF7F,  # min normal, +-max
 ]
 _BF16_VALUES = [
-    65280.0, 65536.0, -65536.0,  # fp16 overflow
-    2.0**-24, 2.0**-25, 3 * 2.0**-25, 2.0**-26, 2.0**-15,  # fp16 subnormals and ties
-    0.5, -1.5, 2.75, -0.75, 127.5, -128.0, -129.0, 255.0, 256.0, -1.0, 300.0,
-    32768.0, -32768.0, 2.0**30, -(2.0**31), 2.0**31, 2.0**62, -(2.0**63), 2.0**63,
-    2.0**100, -(2.0**100),
+    65280.0,
+    65536.0,
+    -65536.0,  # fp16 overflow
+    2.0**-24,
+    2.0**-25,
+    3 * 2.0**-25,
+    2.0**-26,
+    2.0**-15,  # fp16 subnormals and ties
+    0.5,
+    -1.5,
+    2.75,
+    -0.75,
+    127.5,
+    -128.0,
+    -129.0,
+    255.0,
+    256.0,
+    -1.0,
+    300.0,
+    32768.0,
+    -32768.0,
+    2.0**30,
+    -(2.0**31),
+    2.0**31,
+    2.0**62,
+    -(2.0**63),
+    2.0**63,
+    2.0**100,
+    -(2.0**100),
 ]
 _INT_VALUES = {
     "int8": [-128, -127, -1, 0, 1, 2, 126, 127],
@@ -218,9 +342,7 @@ def probe(device) -> dict:
             entry["torch_cpu"] = to_bits(src.to(dst))
             if on_gpu:
                 entry["torch_device"] = to_bits(src.to(device).to(dst))
-            entry["undefined"] = {
-                v: undefined(src_name, dst_name, v) for v in VARIANTS
-            }
+            entry["undefined"] = {v: undefined(src_name, dst_name, v) for v in VARIANTS}
             pairs[f"{src_name}->{dst_name}"] = entry
     return pairs
 
@@ -244,7 +366,9 @@ def main(argv=None) -> int:
     mode = args.mode
     if mode == "auto":
         interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-        mode = "compiled" if torch.cuda.is_available() and not interpret else "interpreter"
+        mode = (
+            "compiled" if torch.cuda.is_available() and not interpret else "interpreter"
+        )
     if mode == "interpreter":
         from copyfix import emulation
 
@@ -297,4 +421,3 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
