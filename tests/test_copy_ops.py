@@ -143,6 +143,25 @@ def copy_module():
     return sys.modules[COPY_MODULE]
 
 
+def c_defined(src, target):
+    """Where converting `src` to `target` is defined (bool mask): THE exclusion rule.
+
+    torch converts with C++ casts, so only what C leaves undefined is excluded: a float
+    to integer (not bool) conversion of NaN, +-inf, or of a value whose truncation is
+    outside the range of the integer type torch casts to (int64 for uint8: c10 casts
+    float -> int64 -> uint8; the target otherwise). Nothing else is excluded.
+    NaN results are compared by position only (assert_bit_exact with exact_nans=False
+    across dtypes): IEEE 754 leaves a converted NaN's payload and sign to the
+    implementation, and torch's own CPU paths disagree on it.
+    """
+    if not src.is_floating_point() or target.is_floating_point or target is torch.bool:
+        return torch.ones(src.shape, dtype=torch.bool)
+    info = torch.iinfo(torch.int64 if target is torch.uint8 else target)
+    x = src.double().trunc()
+    # (float64 holds every float input exactly; int64's bounds are +-2**63 there)
+    return torch.isfinite(x) & (x >= info.min) & (x < info.max + 1.0)
+
+
 def make_values(shape, dtype, target, gen):
     """Values of `dtype` whose conversion to `target` is defined in C++ and Triton."""
     if dtype is torch.bool:
@@ -158,19 +177,16 @@ def make_values(shape, dtype, target, gen):
             x = torch.randn(shape, generator=gen) * (
                 torch.rand(shape, generator=gen) > 0.3
             )
-        else:  # in range of every integer target, with fractions to truncate
-            lo, hi = (0, 200) if target is torch.uint8 else (-100, 100)
-            x = torch.randint(lo, hi, shape, generator=gen) + torch.rand(
-                shape, generator=gen
-            ) * 0.9 * (1 if lo == 0 else torch.sign(torch.randn(shape, generator=gen)))
+        else:  # over the target's range, with fractions to truncate
+            info = torch.iinfo(torch.int16 if target is torch.uint8 else target)
+            x = torch.rand(shape, generator=gen, dtype=torch.float64)
+            x = (info.min + x * (float(info.max) - info.min)).to(dtype)
+            x = torch.where(c_defined(x, target), x, 0)  # C leaves the rest undefined
         return x.to(dtype)
     info = torch.iinfo(dtype)
-    if target.is_floating_point:
-        bound = 60000 if target is torch.float16 else 2**24  # exact in fp32
-        lo, hi = max(info.min, -bound), min(info.max, bound)
-    else:
-        lo, hi = info.min, info.max
-    return torch.randint(lo, hi, shape, generator=gen, dtype=torch.int64).to(dtype)
+    return torch.randint(
+        info.min, info.max, shape, generator=gen, dtype=torch.int64
+    ).to(dtype)
 
 
 class Case:
@@ -250,7 +266,12 @@ def track_paths():
         return redispatch(*args, **kwargs)
 
     with contextlib.ExitStack() as stack:
-        for kernel in (mod._copy_kernel, mod._copy_to_bool_kernel):
+        for kernel in (
+            mod._copy_kernel,
+            mod._copy_to_bool_kernel,
+            mod._copy_via_fp32_kernel,
+            mod._copy_via_int64_kernel,
+        ):
             stack.enter_context(
                 mock.patch.object(kernel, "instantiate", counting(kernel.instantiate))
             )
@@ -295,6 +316,100 @@ def test_copy_layout_dtype_matrix(layout, pair):
     assert paths.fallbacks == 0, f"{case.name} fell back to aten"
     assert paths.ranks == [case.rank], f"{case.name}: launches/ranks {paths.ranks}"
     case.check()
+
+
+# ---------------------------------------------------------------------------
+# conversion edge values: every dtype pair, contiguous and strided, vs torch
+# ---------------------------------------------------------------------------
+
+# Integers where a float format rounds: bfloat16 (8 significant bits) and float16
+# (11) ties, float32's 2**24 limit, and integers whose float32 rounding lands on a
+# bfloat16 tie (torch rounds int -> float32 -> bfloat16: a single rounding differs).
+_EDGE_INTEGERS = [0, 1, -1, 2, 127, 128, 255, 256, 257, 259, 383, 385, 2047, 2049]
+_EDGE_INTEGERS += [2051, 4097, 32767, 65504, 65519, 65520, 65535, 2**24 - 1, 2**24]
+_EDGE_INTEGERS += [2**24 + 1, 2**24 + 3, 0x1008001, 0x1010001, 0x7FFFFF80, 0x7FFFFFC0]
+_EDGE_INTEGERS += [2**31 + 2**7, 2**40 + 2**32 + 1, 2**53 + 1, 2**60 + 2**36 + 1]
+_EDGE_INTEGERS += [2**62 + 2**54 + 1, 0x0123456789ABCDEF]
+
+
+def _float_edges():
+    """float64 values around every float format's edges (all exact in float64)."""
+    values = [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1.0, -1.0]
+    for dtype in FLOAT_DTYPES:
+        info = torch.finfo(dtype)
+        tiny_sub = info.smallest_normal * info.eps  # smallest subnormal
+        ulp_max = info.max * info.eps / (2 - info.eps)  # spacing below max
+        for v in (
+            tiny_sub,  # subnormals
+            tiny_sub / 2,  # tie to zero
+            tiny_sub * 1.5,  # tie to even (2 * smallest)
+            tiny_sub * 3,
+            info.smallest_normal - tiny_sub,  # largest subnormal
+            info.smallest_normal,
+            info.max,
+            info.max + ulp_max / 2,  # overflow threshold: a tie, rounds to inf
+            info.max + ulp_max / 4,
+            1 + info.eps / 2,  # ties at 1: to even (down), ...
+            1 + 3 * info.eps / 2,  # ... to even (up)
+        ):
+            values += [v, -v]
+    # float -> integer: truncation toward zero, and each integer type's limits
+    values += [0.5, -0.5, 1.5, -1.5, 2.75, -2.75, 300.5, 2.0**24 + 2]
+    for dtype in INT_DTYPES:
+        info = torch.iinfo(dtype)
+        values += [info.min - 1.0, info.min - 0.5, float(info.min), info.max + 0.5]
+        values += [info.max + 1.0, float(info.max)]
+    return values
+
+
+def edge_values(dtype):
+    """Edge values of `dtype` (CPU): its own extremes and the others' edges."""
+    if dtype is torch.bool:
+        return torch.tensor([False, True])
+    if dtype.is_floating_point:
+        x = torch.tensor(_float_edges(), dtype=torch.float64)
+        x32 = x.float()  # each edge, and its float32 neighbours
+        near = [x32, torch.nextafter(x32, x32.new_tensor(float("inf")))]
+        near.append(torch.nextafter(x32, x32.new_tensor(float("-inf"))))
+        return torch.cat([x.to(dtype)] + [t.to(dtype) for t in near])
+    info = torch.iinfo(dtype)
+    ints = [info.min, info.min + 1, info.max - 1, info.max]
+    ints += [v for e in _EDGE_INTEGERS for v in (e, -e) if info.min <= v <= info.max]
+    return torch.tensor(ints, dtype=torch.int64).to(dtype)
+
+
+ALL_PAIRS = [(s, d) for s in TRITON_DTYPES for d in TRITON_DTYPES]
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("pair", ALL_PAIRS, ids=_pair_id)
+def test_copy_conversion_edge_values(pair):
+    src_dtype, dst_dtype = pair
+    values = edge_values(src_dtype)
+    values = values[c_defined(values, dst_dtype)]
+    n = values.numel()
+    fill = torch.ones((), dtype=dst_dtype)  # what the copy must not touch
+    layouts = {
+        # name: (src base, src view, dst base, dst view)
+        "contiguous": (values, _same, fill.expand(n), _same),
+        "strided_src": (
+            values.repeat_interleave(3).view(n, 3),
+            lambda t: t[:, 1],
+            fill.expand(n),
+            _same,
+        ),
+        "strided_dst": (values, _same, fill.expand(n, 2), lambda t: t[:, 0]),
+    }
+    for layout, (src_base, src_view, dst_base, dst_view) in layouts.items():
+        what = f"{layout}-{_pair_id(pair)}"
+        dev_dst_base = dst_base.contiguous().to(DEVICE, copy=True)
+        src = src_view(src_base.contiguous().to(DEVICE, copy=True))
+        with track_paths() as paths:
+            gems_copy_(dst_view(dev_dst_base), src)
+        assert paths.fallbacks == 0 and paths.ranks == [1], what
+        ref = dst_base.contiguous().clone()
+        dst_view(ref).copy_(src_view(src_base.contiguous()))
+        assert_bit_exact(dev_dst_base, ref, what, src_dtype == dst_dtype)
 
 
 # ---------------------------------------------------------------------------

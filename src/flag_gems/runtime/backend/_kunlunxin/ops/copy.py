@@ -30,6 +30,7 @@ from typing import Optional
 
 import torch
 import triton
+import triton.language as tl
 
 from flag_gems.runtime import device, torch_device_fn
 from flag_gems.utils.libentry import LibEntry
@@ -106,6 +107,40 @@ def _copy_kernel(src):
 @triton.jit
 def _copy_to_bool_kernel(src):
     return src != 0
+
+
+# torch converts an integer to float16/bfloat16 in two roundings: c10::Half and
+# c10::BFloat16 are built from a float (int -> float32 -> 16-bit). Triton converts
+# in one (sitofp), which differs for bfloat16 above 2**24. Convert to float32
+# here; the store then rounds float32 -> 16-bit, as torch does. (float64 sources,
+# where a backend has them, take the same two steps in torch.)
+@pointwise_dynamic(is_tensor=[True], promotion_methods=[(0, "DEFAULT")])
+@triton.jit
+def _copy_via_fp32_kernel(src):
+    return src.to(tl.float32)
+
+
+# torch converts a float to uint8 through int64 (c10 static_cast_with_inter_type),
+# so -1.5 -> -1 -> 255; a direct float -> unsigned conversion is undefined in C
+# and saturates on some backends.
+@pointwise_dynamic(is_tensor=[True], promotion_methods=[(0, "DEFAULT")])
+@triton.jit
+def _copy_via_int64_kernel(src):
+    return src.to(tl.int64)
+
+
+def _kernel_for(src_dtype, dst_dtype):
+    """The scalar kernel that converts src_dtype to dst_dtype as torch does."""
+    if dst_dtype is torch.bool:
+        return _copy_kernel if src_dtype is torch.bool else _copy_to_bool_kernel
+    if dst_dtype in (torch.float16, torch.bfloat16) and (
+        src_dtype is torch.float64
+        or not (src_dtype.is_floating_point or src_dtype is torch.bool)
+    ):
+        return _copy_via_fp32_kernel
+    if dst_dtype is torch.uint8 and src_dtype.is_floating_point:
+        return _copy_via_int64_kernel
+    return _copy_kernel
 
 
 def _coalesce(shape, dst_strides, src_strides):
@@ -310,8 +345,7 @@ def _launch(dst: torch.Tensor, src: torch.Tensor, plan=None) -> None:
         half = dst.shape[0] // 2
         _launch(dst[:half], src[:half])
         return _launch(dst[half:], src[half:])
-    to_bool = dst.dtype is torch.bool and src.dtype is not torch.bool
-    kernel = (_copy_to_bool_kernel if to_bool else _copy_kernel).instantiate(len(shape))
+    kernel = _kernel_for(src.dtype, dst.dtype).instantiate(len(shape))
     device = torch_device_fn.current_device()
     if dst.get_device() != device:  # LibEntry's cached kernels are per current device
         kernel(

@@ -1,0 +1,36 @@
+"""The kernel of :mod:`copyfix.probe_conversions` (harness only).
+
+A module of its own, imported on first use: Triton reads TRITON_INTERPRET when a
+kernel is decorated, so under the interpreter this module must be imported after
+the cpu emulation is active (and kernels must be module globals, which Triton
+resolves calls through).
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _both(x, implicit_ptr, explicit_ptr, offs, mask):
+    tl.store(implicit_ptr + offs, x, mask=mask)
+    tl.store(explicit_ptr + offs, x.to(explicit_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def probe_kernel(
+    src_ptr, i0, i1, i2, i3, i4, i5, i6, i7, i8,
+    e0, e1, e2, e3, e4, e5, e6, e7, e8, n, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """x = src[:n]; i<k>[:] = x (the store converts); e<k>[:] = x.to(e<k>'s dtype)."""
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(src_ptr + offs, mask=mask)
+    _both(x, i0, e0, offs, mask)
+    _both(x, i1, e1, offs, mask)
+    _both(x, i2, e2, offs, mask)
+    _both(x, i3, e3, offs, mask)
+    _both(x, i4, e4, offs, mask)
+    _both(x, i5, e5, offs, mask)
+    _both(x, i6, e6, offs, mask)
+    _both(x, i7, e7, offs, mask)
+    _both(x, i8, e8, offs, mask)

@@ -1,0 +1,158 @@
+"""The emulation converts between dtypes as compiled Triton does, pinned by a device run.
+
+``results/conversions_h200.json`` holds what compiled Triton 3.6 did on the H200 for
+every (src, dst) pair of the KunlunXIN Triton dtypes, through a store into a dst
+pointer (``implicit``) and through ``.to(dst)`` (``explicit``), with torch's bits for
+the same values (``python -m copyfix.probe_conversions``, see that module).  Here the
+same kernels run on the active emulation (cpu mode: Triton's interpreter with the
+copyfix patches; cuda mode: compiled Triton again) and must give the recorded bits.
+
+Compared: every input whose conversion C defines (copyfix.probe_conversions.undefined
+is the one exclusion rule), bit for bit, except NaN: a NaN result must be a NaN, its
+payload and sign are not compared (IEEE 754 leaves a converted NaN's payload to the
+implementation, and torch's own CPU paths disagree on it).
+"""
+
+import functools
+import json
+from pathlib import Path
+
+import pytest
+
+from copyfix import emulation
+
+MODE = emulation.activate()  # before flag_gems (and any kernel) is defined
+
+import torch  # noqa: E402
+
+from copyfix import probe_conversions as probe  # noqa: E402
+
+pytestmark = pytest.mark.harness
+
+RECORDED = Path(__file__).resolve().parents[2] / "results" / "conversions_h200.json"
+
+# THE switch.  True only while results/conversions_h200.json is the provisional file
+# generated on the interpreter ("source": "interpreter-provisional"), which certifies
+# nothing.  Once the device file is in, this is False and a provisional file fails.
+ACCEPT_PROVISIONAL = True
+
+PAIRS = [f"{s}->{d}" for s in probe.DTYPES for d in probe.DTYPES]
+FLOAT_BITS = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23)}
+
+# Where compiled Triton's conversion is not torch's, on inputs C defines (NaN by
+# class), outside stores into bool pointers (test_store_into_bool_keeps_the_int8_byte).
+# Integers into bfloat16: Triton rounds the integer once, torch goes int -> float32 ->
+# bfloat16 (c10::BFloat16 is built from a float); they differ where the float32 step
+# lands on a bfloat16 tie.  The kunlunxin copy_ converts through float32 there.
+TRITON_NOT_TORCH = {
+    "int32->bfloat16": {0x1010001, -0x1010001},
+    "int64->bfloat16": {
+        0x1010001,
+        2**40 + 2**32 + 1,
+        2**62 + 2**54 + 1,
+        -(2**62 + 2**54 + 1),
+    },
+}
+
+
+@functools.lru_cache(maxsize=None)
+def recorded():
+    return json.loads(RECORDED.read_text())
+
+
+@functools.lru_cache(maxsize=None)
+def measured(src_name):
+    """The probe kernel's bits for one source dtype, on the active emulation."""
+    return probe.run_source(src_name, emulation.device())
+
+
+def is_nan(name, bits):
+    if name not in FLOAT_BITS:
+        return False
+    exponent, mantissa = FLOAT_BITS[name]
+    all_ones = (1 << exponent) - 1
+    return (bits >> mantissa) & all_ones == all_ones and bits & ((1 << mantissa) - 1)
+
+
+def mismatches(dst_name, got, expected, skip):
+    """[(index, got, expected)] of defined inputs whose results differ (NaN by class)."""
+    return [
+        (i, hex(a), hex(b))
+        for i, (a, b) in enumerate(zip(got, expected))
+        if i not in skip
+        and a != b
+        and not (is_nan(dst_name, a) and is_nan(dst_name, b))
+    ]
+
+
+def signed(bits, name):
+    width = 1 if name == "bool" else torch.iinfo(probe.DTYPES[name]).bits
+    unsigned = name in ("uint8", "bool")
+    return bits - (1 << width) if not unsigned and bits >> (width - 1) else bits
+
+
+def test_recorded_file_is_a_device_run_of_these_inputs():
+    data = recorded()
+    assert data["source"] in ("device", "interpreter-provisional")
+    if not ACCEPT_PROVISIONAL:
+        assert data["source"] == "device", (
+            f"{RECORDED.name} is {data['source']!r}: put the H200 run there "
+            "(python -m copyfix.probe_conversions on the device)"
+        )
+    if data["source"] == "device":
+        assert data["mode"] == "compiled"
+        assert data["versions"]["triton"].startswith("3.6.")
+        assert "H200" in data["versions"]["gpu"]
+    # the record is of exactly the edge values and exclusions the probe has now
+    assert data["inputs"] == {n: probe.to_bits(probe.inputs(n)) for n in probe.DTYPES}
+    assert sorted(data["pairs"]) == sorted(PAIRS)
+    for pair, entry in data["pairs"].items():
+        src, dst = pair.split("->")
+        for variant in probe.VARIANTS:
+            assert entry["undefined"][variant] == probe.undefined(src, dst, variant)
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+def test_emulation_converts_as_compiled_triton(pair):
+    src, dst = pair.split("->")
+    entry = recorded()["pairs"][pair]
+    for variant in probe.VARIANTS:
+        bad = mismatches(
+            dst,
+            measured(src)[dst][variant],
+            entry[variant],
+            entry["undefined"][variant],
+        )
+        assert not bad, f"{pair} {variant} ({MODE}): (index, got, device) {bad[:8]}"
+
+
+def test_where_compiled_triton_differs_from_torch():
+    data = recorded()
+    found = {}
+    for pair, entry in data["pairs"].items():
+        src, dst = pair.split("->")
+        for variant in probe.VARIANTS:
+            if variant == "implicit" and dst == "bool" and src != "bool":
+                continue  # the store's int8 byte: the next test
+            for i, _, _ in mismatches(
+                dst, entry[variant], entry["torch_cpu"], entry["undefined"][variant]
+            ):
+                found.setdefault(pair, set()).add(signed(data["inputs"][src][i], src))
+    assert found == TRITON_NOT_TORCH
+
+
+def test_store_into_bool_keeps_the_int8_byte():
+    # language/semantic.py store: a bool pointer is stored through as int8, so a value
+    # is converted to int8 (integers wrap, floats truncate) and that byte is stored:
+    # 0x100 -> 0 (False), 0.5 -> 0, 2 -> a byte 2 that torch does not count as True.
+    data = recorded()
+    for src in probe.DTYPES:
+        entry = data["pairs"][f"{src}->bool"]
+        skip = entry["undefined"]["implicit"]
+        values = probe.inputs(src)
+        values = (values.double() if values.is_floating_point() else values).tolist()
+        for i, (value, byte) in enumerate(zip(values, entry["implicit"])):
+            if i not in skip:
+                assert byte == int(value) & 0xFF, (src, value, byte)
+        # .to(tl.int1) is `x != 0`, as torch: 0 or 1
+        assert entry["explicit"] == entry["torch_cpu"], src
