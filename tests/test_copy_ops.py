@@ -269,7 +269,7 @@ def track_paths():
         for kernel in (
             mod._copy_kernel,
             mod._copy_to_bool_kernel,
-            mod._copy_via_fp32_kernel,
+            mod._copy_int_to_bf16_kernel,
             mod._copy_via_int64_kernel,
         ):
             stack.enter_context(

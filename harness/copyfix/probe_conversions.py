@@ -6,6 +6,8 @@ fixed list of edge values and writes each of them to every destination dtype twi
 ``implicit``  ``tl.store`` of the loaded value into a destination pointer (the store
               converts; this is what a ``pointwise_dynamic`` copy kernel does)
 ``explicit``  ``x.to(<destination dtype>)``, then the store
+``via_fp32``  ``x.to(tl.float32)`` stored into the destination pointer: the two steps
+              torch takes for integer -> 16-bit float (a compiler may fold them)
 
 The bit patterns of both (as unsigned ints), torch's for the same conversion (CPU, and
 on a GPU also the GPU's), and the versions are written as JSON.  Two modes:
@@ -45,7 +47,7 @@ DTYPES = {
     "uint8": torch.uint8,
     "bool": torch.bool,
 }
-VARIANTS = ("implicit", "explicit")
+VARIANTS = ("implicit", "explicit", "via_fp32")
 _BITS_DTYPE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 # --------------------------------------------------------------------- edge values
@@ -290,7 +292,9 @@ def undefined(src_name: str, dst_name: str, variant: str = "explicit") -> list[i
     """
     dst = DTYPES[dst_name]
     src = inputs(src_name)
-    if dst is torch.bool and variant == "implicit":
+    if variant == "via_fp32":  # what is converted to dst is the float32 value
+        src = src.to(torch.float32)
+    if dst is torch.bool and variant != "explicit":
         dst = torch.int8
     if not src.is_floating_point() or dst.is_floating_point or dst is torch.bool:
         return []
@@ -314,7 +318,7 @@ def _kernel():
 
 
 def run_source(src_name: str, device) -> dict[str, dict[str, list[int]]]:
-    """{dst name: {"implicit": bits, "explicit": bits}} for one source dtype
+    """{dst name: {variant: bits}} for one source dtype
     (one kernel launch, every destination)."""
     import triton
 

@@ -34,7 +34,7 @@ DEV = emulation.device()
 COPY_KERNELS = (
     "_copy_kernel",
     "_copy_to_bool_kernel",
-    "_copy_via_fp32_kernel",
+    "_copy_int_to_bf16_kernel",
     "_copy_via_int64_kernel",
 )
 

@@ -109,15 +109,17 @@ def _copy_to_bool_kernel(src):
     return src != 0
 
 
-# torch converts an integer to float16/bfloat16 in two roundings: c10::Half and
-# c10::BFloat16 are built from a float (int -> float32 -> 16-bit). Triton converts
-# in one (sitofp), which differs for bfloat16 above 2**24. Convert to float32
-# here; the store then rounds float32 -> 16-bit, as torch does. (float64 sources,
-# where a backend has them, take the same two steps in torch.)
+# torch converts an integer to bfloat16 in two roundings, int -> float32 ->
+# bfloat16 (c10::BFloat16 is built from a float); Triton's conversion rounds once,
+# and so does `.to(tl.float32)` stored to bfloat16, which the compiler folds into
+# one conversion (truncf(sitofp(x)) -> sitofp(x)). Round the float32 bit pattern
+# to nearest even by hand (an integer's float32 is never NaN or inf).
 @pointwise_dynamic(is_tensor=[True], promotion_methods=[(0, "DEFAULT")])
 @triton.jit
-def _copy_via_fp32_kernel(src):
-    return src.to(tl.float32)
+def _copy_int_to_bf16_kernel(src):
+    bits = src.to(tl.float32).to(tl.uint32, bitcast=True)
+    bits += 0x7FFF + ((bits >> 16) & 1)
+    return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
 
 
 # torch converts a float to uint8 through int64 (c10 static_cast_with_inter_type),
@@ -130,14 +132,16 @@ def _copy_via_int64_kernel(src):
 
 
 def _kernel_for(src_dtype, dst_dtype):
-    """The scalar kernel that converts src_dtype to dst_dtype as torch does."""
+    """The scalar kernel that converts src_dtype to dst_dtype as torch does.
+
+    An integer into float16 needs no second kernel: torch's float32 step is exact
+    below 2**24, and from 65520 on float16 overflows to inf either way.
+    """
     if dst_dtype is torch.bool:
         return _copy_kernel if src_dtype is torch.bool else _copy_to_bool_kernel
-    if dst_dtype in (torch.float16, torch.bfloat16) and (
-        src_dtype is torch.float64
-        or not (src_dtype.is_floating_point or src_dtype is torch.bool)
-    ):
-        return _copy_via_fp32_kernel
+    integer = not (src_dtype.is_floating_point or src_dtype is torch.bool)
+    if dst_dtype is torch.bfloat16 and integer:
+        return _copy_int_to_bf16_kernel
     if dst_dtype is torch.uint8 and src_dtype.is_floating_point:
         return _copy_via_int64_kernel
     return _copy_kernel
