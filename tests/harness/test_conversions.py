@@ -35,7 +35,7 @@ RECORDED = Path(__file__).resolve().parents[2] / "results" / "conversions_h200.j
 # THE switch.  True only while results/conversions_h200.json is the provisional file
 # generated on the interpreter ("source": "interpreter-provisional"), which certifies
 # nothing.  Once the device file is in, this is False and a provisional file fails.
-ACCEPT_PROVISIONAL = True
+ACCEPT_PROVISIONAL = False
 
 PAIRS = [f"{s}->{d}" for s in probe.DTYPES for d in probe.DTYPES]
 FLOAT_BITS = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23)}
