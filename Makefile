@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.copyfix-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv demo test lint bench pr patch clean
+.PHONY: venv demo test test-checkout-base lint bench pr patch clean
 
 venv: $(STAMP)
 
@@ -24,6 +24,17 @@ demo: venv
 
 test: venv
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
+
+# The PR tests over a base given as a FlagGems checkout (FLAGGEMS_BASE), in a copy of
+# this repository with its own .venv: CI's stand-in for FlagGems main (see
+# harness/copyfix/synthetic_base.py). FlagGems main itself: FLAGGEMS_BASE=<main> make test.
+CHECKOUT_COPY := build/checkout-base
+test-checkout-base: venv
+	$(PY) -m copyfix.synthetic_base build/synthetic-flaggems
+	rm -rf $(CHECKOUT_COPY) && mkdir -p $(CHECKOUT_COPY)
+	git ls-files -z | xargs -0 cp --parents -t $(CHECKOUT_COPY)
+	FLAGGEMS_BASE=$(CURDIR)/build/synthetic-flaggems $(MAKE) -C $(CHECKOUT_COPY) test \
+		PYTEST_ARGS="tests/test_copy_ops.py tests/harness/test_emulation.py -p no:warnings"
 
 lint: venv
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
