@@ -351,36 +351,33 @@ def _launch(dst: torch.Tensor, src: torch.Tensor, plan=None) -> None:
         return _launch(dst[half:], src[half:])
     kernel = _kernel_for(src.dtype, dst.dtype).instantiate(len(shape))
     device = torch_device_fn.current_device()
-    if dst.get_device() != device:  # LibEntry's cached kernels are per current device
-        kernel(
-            src.as_strided(shape, src_strides), out0=dst.as_strided(shape, dst_strides)
+    launch = None
+    if dst.get_device() == device:  # LibEntry's cached kernels are per current device
+        key = (
+            kernel,
+            device,
+            src.dtype,
+            dst.dtype,
+            src.data_ptr() % 16 == 0,
+            dst.data_ptr() % 16 == 0,
+            plan,
         )
-        return
-    key = (
-        kernel,
-        device,
-        src.dtype,
-        dst.dtype,
-        src.data_ptr() % 16 == 0,
-        dst.data_ptr() % 16 == 0,
-        plan,
-    )
-    launch = _launches.get(key, _UNSEEN)
+        launch = _launches.get(key, _UNSEEN)
+        if launch is not None and launch is not _UNSEEN:
+            runner, args = launch
+            try:
+                return runner(src, dst, *args)
+            except Exception as error:  # whatever it was, the wrapper still works
+                logger.debug("GEMS_KUNLUNXIN COPY_ fast launch failed: %r", error)
+                launch = _launches[key] = None
+    src_view = src.as_strided(shape, src_strides)
+    dst_view = dst.as_strided(shape, dst_strides)
     if launch is _UNSEEN:
         if len(_launches) >= _MAX_LAUNCHES:
             _launches.clear()
-        src_view = src.as_strided(shape, src_strides)
-        dst_view = dst.as_strided(shape, dst_strides)
         _launches[key] = _launch_and_record(kernel, src_view, dst_view)
-        return
-    if launch is not None:
-        runner, args = launch
-        try:
-            return runner(src, dst, *args)
-        except Exception as error:  # whatever it was, the wrapper still works
-            logger.debug("GEMS_KUNLUNXIN COPY_ fast launch failed: %r", error)
-            _launches[key] = None
-    kernel(src.as_strided(shape, src_strides), out0=dst.as_strided(shape, dst_strides))
+    else:
+        kernel(src_view, out0=dst_view)
 
 
 # Fast launch. The generated wrapper and LibEntry.run cost tens of microseconds of
@@ -393,7 +390,9 @@ def _launch(dst: torch.Tensor, src: torch.Tensor, plan=None) -> None:
 _UNSEEN = object()
 _MAX_LAUNCHES = 4096
 _launches = {}  # layout key -> (runner, arguments after src and dst), or None
-_record_lock = threading.Lock()
+_record_lock = (
+    threading.RLock()
+)  # re-entrant: a copy_ inside a launch must not deadlock
 
 
 def _launch_and_record(wrapper, src, dst):
@@ -413,11 +412,15 @@ def _launch_and_record(wrapper, src, dst):
         return result
 
     with _record_lock:
+        outer = entry.__dict__.get("run")  # a record in progress further up this thread
         entry.run = run  # seen by LibEntry.__getitem__, which the wrapper calls
         try:
             wrapper(src, out0=dst)
         finally:
-            del entry.run
+            if outer is None:
+                del entry.run
+            else:
+                entry.run = outer
     if len(calls) != 1 or entry.fn is not entry.jit_function:
         return None  # not one plain JIT kernel launch: leave it to the wrapper
     args, kwargs, result = calls[0]
