@@ -143,6 +143,7 @@ def run_pytest(
     select: Path | None,
     out: Path,
     log: Path,
+    per_test: int = 0,
     extra: list[str] = (),
 ) -> dict:
     """One pytest process over ``targets`` with the composed flag_gems; returns its records."""
@@ -158,6 +159,7 @@ def run_pytest(
         PYTHONDONTWRITEBYTECODE="1",
     )
     env.pop("COPYFIX_UPSTREAM_SELECT", None)
+    env["COPYFIX_UPSTREAM_PER_TEST"] = str(per_test)
     if select is not None:
         env["COPYFIX_UPSTREAM_SELECT"] = str(select)
     cmd = [
@@ -175,6 +177,7 @@ def run_pytest(
         "--tb=short",
         "-W",
         "ignore",
+        "--continue-on-collection-errors",  # e.g. a file that needs CUDA at import
     ]
     if quick:
         cmd.append("--quick")
@@ -313,6 +316,10 @@ def candidate_files(checkout: Path, files: list[str] | None) -> list[str]:
 # ------------------------------------------------------------------------- commands
 
 
+def _test_function(nodeid: str) -> str:
+    return nodeid.split("[", 1)[0]
+
+
 def cmd_discover(args) -> int:
     checkout = check_checkout(args.upstream)
     label = args.label or checkout_label(checkout)
@@ -321,59 +328,85 @@ def cmd_discover(args) -> int:
         work = Path(tmp)
         composed = compose_pair(checkout, work)
         run_dir = copy_tests(checkout, work)
+        common = dict(
+            mode=args.mode, fault=False, jobs=args.jobs, quick=args.quick, select=None
+        )
+        functions = targets
+        scan = None
+        if args.scan:
+            # scan: the first --scan case(s) of every test function; only functions
+            # whose scanned case called copy/copy_ are run in full below
+            scan = run_pytest(
+                composed["base"],
+                run_dir,
+                targets,
+                per_test=args.scan,
+                out=work / "scan.json",
+                log=work / "scan.log",
+                **common,
+            )
+            functions = sorted(
+                {
+                    _test_function(n)
+                    for n, r in scan["records"].items()
+                    if r["copy_calls"] > 0
+                }
+            )
+            print(
+                f"scan: {len(scan['records'])} cases (first {args.scan} per test function) in "
+                f"{scan['meta']['wall_s']} s; {len(functions)} test functions called copy/copy_",
+                flush=True,
+            )
         data = run_pytest(
             composed["base"],
             run_dir,
-            targets,
-            mode=args.mode,
-            fault=False,
-            jobs=args.jobs,
-            quick=args.quick,
-            select=None,
+            functions,
             out=work / "discover.json",
             log=work / "discover.log",
+            **common,
         )
         if args.log:
             shutil.copy(work / "discover.log", args.log)
     records = data["records"]
     reached = {n: r for n, r in records.items() if r["copy_calls"] > 0}
     out = Path(args.out) if args.out else selection_path(label)
-    previous = json.loads(out.read_text()) if out.is_file() else None
-    cases = dict(reached)
-    searched = list(targets)
-    if args.merge and previous:  # a discovery over more files adds to what is there
-        redone = set(targets)
-        cases.update(
-            {
-                n: r
-                for n, r in previous["cases"].items()
-                if n.split("::", 1)[0] not in redone
-            }
-        )
-        searched = sorted(set(previous["searched_files"]) | redone)
     selection = {
         "label": label,
         "checkout": str(checkout),
-        "how": "cases of the base composition (XPU fault off) that called the kunlunxin "
-        "copy/copy_ at least once; outcome and calls recorded from that run",
+        "how": (
+            "cases of the base composition (XPU fault off) that called the kunlunxin "
+            "copy/copy_ at least once"
+            + (
+                f"; searched: every test function whose first {args.scan} case(s) called it"
+                if args.scan
+                else "; searched: every case of the searched files"
+            )
+        ),
         "mode": args.mode,
         "quick": args.quick,
         "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "versions": data["meta"].get("versions"),
-        "searched_files": searched,
-        "cases_collected": len(records),
+        "searched_files": targets,
+        "scan": None
+        if scan is None
+        else {
+            "per_test": args.scan,
+            "cases": len(scan["records"]),
+            "wall_s": scan["meta"]["wall_s"],
+            "functions_reached": len(functions),
+        },
+        "cases_run": len(records),
         "wall_s": data["meta"]["wall_s"],
         "cases": {
             n: {"outcome": r["outcome"], "copy_calls": r["copy_calls"]}
-            for n, r in sorted(cases.items())
+            for n, r in sorted(reached.items())
         },
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(selection, indent=1) + "\n")
     print(
-        f"discover {label}: {len(records)} cases in {len(targets)} files, "
-        f"{len(reached)} called the kunlunxin copy/copy_ ({len(_files_of(reached))} files); "
-        f"wrote {out}"
+        f"discover {label}: {len(records)} cases run, {len(reached)} called the kunlunxin "
+        f"copy/copy_ ({len(_files_of(reached))} files); wrote {out}"
     )
     return 0
 
@@ -684,9 +717,11 @@ def main(argv=None) -> int:
         "--out", help="selection file (default results/upstream_selection_<label>.json)"
     )
     d.add_argument(
-        "--merge",
-        action="store_true",
-        help="keep earlier cases of files not searched now",
+        "--scan",
+        type=int,
+        default=1,
+        help="first scan N cases per test function, then run in full only the functions "
+        "that reached copy_ (0: run every case of every file)",
     )
     d.add_argument("--log", help="copy pytest's output here")
 
