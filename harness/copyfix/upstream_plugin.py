@@ -10,6 +10,8 @@ environment variables, so xdist workers see the same settings as the controller:
                             is on for the whole session.
 ``COPYFIX_UPSTREAM_SELECT`` a JSON file with a list of node ids: every other collected
                             test is deselected.
+``COPYFIX_UPSTREAM_PER_TEST`` N: without a selection, keep the first N cases (parametrizations)
+                            of each test function (discover's scan).
 ``COPYFIX_UPSTREAM_OUT``    where to write one JSON record per test (on the controller).
 
 Each record carries the number of calls the test made to the kunlunxin ``copy``/``copy_``
@@ -140,11 +142,24 @@ def pytest_unconfigure(config):
 
 def pytest_collection_modifyitems(config, items):
     path = os.environ.get("COPYFIX_UPSTREAM_SELECT")
-    if not path:
+    per_test = int(os.environ.get("COPYFIX_UPSTREAM_PER_TEST") or 0)
+    if path:
+        wanted = set(json.loads(Path(path).read_text()))
+        keep = [i for i in items if i.nodeid in wanted]
+    elif (
+        per_test
+    ):  # a scan: the first N cases of each test function, in collection order
+        seen: dict[str, int] = {}
+        keep = []
+        for i in items:
+            f = i.nodeid.split("[", 1)[0]
+            seen[f] = seen.get(f, 0) + 1
+            if seen[f] <= per_test:
+                keep.append(i)
+    else:
         return
-    wanted = set(json.loads(Path(path).read_text()))
-    keep = [i for i in items if i.nodeid in wanted]
-    drop = [i for i in items if i.nodeid not in wanted]
+    kept = set(map(id, keep))
+    drop = [i for i in items if id(i) not in kept]
     if drop:
         config.hook.pytest_deselected(items=drop)
     items[:] = keep
