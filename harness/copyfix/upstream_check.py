@@ -191,14 +191,39 @@ def run_pytest(
         )
     wall = time.monotonic() - started
     if not out.is_file():
+        text = log.read_text()
+        errors = re.findall(r"^(?:E\s+)?([\w.]+(?:Error|Exception): .*)$", text, re.M)
         raise SystemExit(
-            f"pytest (rc {rc}) wrote no records; its output is in {log}:\n"
-            + log.read_text()[-3000:]
+            f"{text[-3000:]}\n\nupstream-check: the pytest run with the "
+            f"{composed.parents[1].name.removeprefix('project-')} composition ({_origin(composed)}) "
+            f"stopped before running any test (rc {rc}).\n"
+            f"Last error: {errors[-1] if errors else '(none found; see the output above)'}\n"
+            f"If that is an import of flag_gems failing, copyfix.emulation ({mode} mode) does "
+            "not support this base (yet): it is written for flag_gems "
+            f"{_supported_flag_gems()}."
         )
     data = json.loads(out.read_text())
     data["meta"]["wall_s"] = round(wall, 1)
     data["meta"]["returncode"] = rc
     return data
+
+
+def _origin(composed: Path) -> str:
+    info = composed / "flag_gems" / "_overlay_info.py"
+    m = (
+        re.search(r"^BASE_ORIGIN = (.*)$", info.read_text(), re.M)
+        if info.is_file()
+        else None
+    )
+    return m.group(1).strip("'\"") if m else str(composed)
+
+
+def _supported_flag_gems() -> str:
+    from copyfix import emulation
+
+    return ", ".join(
+        getattr(emulation, "SUPPORTED_VERSIONS", {}).get("flag_gems", ("?",))
+    )
 
 
 # -------------------------------------------------------------------- classification
