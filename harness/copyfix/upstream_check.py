@@ -50,6 +50,8 @@ DOCS = REPO / "docs" / "UPSTREAM_CHECK.md"
 PR_MD = REPO / "docs" / "PR.md"
 CLASSES = ("fixed", "regressed", "pass_both", "fail_both", "skipped")
 PLUGIN = "copyfix.upstream_plugin"
+# cpu mode: address-space cap of each pytest process (controller and each xdist worker)
+MEM_GB_PER_PROCESS = float(os.environ.get("COPYFIX_UPSTREAM_MEM_GB") or 6)
 
 # Failure text -> reason class, first match wins.  Read from the failures the check
 # actually produced (cpu emulation of v5.0.2 and main, cuda mode): what the emulated
@@ -57,6 +59,11 @@ PLUGIN = "copyfix.upstream_plugin"
 # fault is its own class, because it is the bug under test.
 REASON_PATTERNS = (
     ("xpu-fault", r"invalid device function"),
+    # the per-process address-space cap of cpu mode (MEM_GB_PER_PROCESS)
+    (
+        "memory-cap",
+        r"MemoryError|can't allocate memory|Cannot allocate memory|std::bad_alloc",
+    ),
     (
         "emulation-limit",
         r"exceeds triton maximum tensor numel"  # interpreter / stock Triton 2**20 block cap
@@ -157,6 +164,7 @@ def run_pytest(
         COPYFIX_UPSTREAM_FAULT="1" if fault else "0",
         COPYFIX_UPSTREAM_OUT=str(out),
         PYTHONDONTWRITEBYTECODE="1",
+        COPYFIX_UPSTREAM_MEM_GB=str(MEM_GB_PER_PROCESS),
     )
     env.pop("COPYFIX_UPSTREAM_SELECT", None)
     env["COPYFIX_UPSTREAM_PER_TEST"] = str(per_test)
@@ -264,7 +272,9 @@ def classify(base: dict | None, overlay: dict | None) -> dict:
     else:
         rec["class"] = "fail_both"
         rb, ro = reason_class(base["reason"]), reason_class(overlay["reason"])
-        if "emulation-limit" in (rb, ro):
+        if "memory-cap" in (rb, ro):
+            rec["reason_class"] = "memory-cap"
+        elif "emulation-limit" in (rb, ro):
             rec["reason_class"] = "emulation-limit"
         elif ro == "xpu-fault":
             rec["reason_class"] = "xpu-fault"  # the overlay still reaches the fault
@@ -602,8 +612,11 @@ overlay fails), `fail_both`, `skipped` (skipped in either run; never counted as 
 Each failure gets a reason class from its failure text (first match wins, patterns in
 `REASON_PATTERNS`): `xpu-fault` (the injected `invalid device function`), `emulation-limit`
 (what the emulated device cannot do whatever copy_ does: tensors required on CUDA, stock
-Triton's / the interpreter's 2^20-element block cap, XPU-only libdevice stubs), `assertion`,
-`other`. A `fail_both` case is `emulation-limit` if either run's failure is one,
+Triton's / the interpreter's 2^20-element block cap, XPU-only libdevice stubs), `memory-cap`
+(cpu mode caps each pytest process's address space, 6 GiB by default,
+`COPYFIX_UPSTREAM_MEM_GB`: the interpreter holds every block as numpy arrays, and uncapped
+cases grew past 14 GB), `assertion`, `other`. A `fail_both` case is `memory-cap` or
+`emulation-limit` if either run's failure is one,
 `xpu-fault` if the overlay still hits the fault, `same-failure` if both messages agree once
 numbers and addresses are masked, else `different-failure`.
 

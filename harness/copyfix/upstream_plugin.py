@@ -12,6 +12,7 @@ environment variables, so xdist workers see the same settings as the controller:
                             test is deselected.
 ``COPYFIX_UPSTREAM_PER_TEST`` N: without a selection, keep the first N cases (parametrizations)
                             of each test function (discover's scan).
+``COPYFIX_UPSTREAM_MEM_GB`` cpu mode: address-space cap per pytest process, in GiB.
 ``COPYFIX_UPSTREAM_OUT``    where to write one JSON record per test (on the controller).
 
 Each record carries the number of calls the test made to the kunlunxin ``copy``/``copy_``
@@ -41,8 +42,25 @@ _records: dict[str, dict] = {}
 _fault = None
 
 
+def _cap_memory() -> None:
+    # Under the Triton interpreter a kernel's blocks are numpy arrays, several times the
+    # tensors' size: a few upstream cases grew a worker past 14 GB and the kernel's OOM
+    # killer stepped in.  In cpu mode each process gets an address-space cap instead
+    # (COPYFIX_UPSTREAM_MEM_GB, set by upstream_check), so such a case fails alone with
+    # a MemoryError ("memory-cap").  Not in cuda mode: the CUDA driver reserves far more
+    # address space than it uses.
+    import resource
+
+    gb = float(os.environ.get("COPYFIX_UPSTREAM_MEM_GB") or 0)
+    if gb > 0:
+        limit = int(gb * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
 def _activate() -> None:
     mode = os.environ.get(emulation.ENV_MODE) or None
+    if mode == "cpu":
+        _cap_memory()
     if mode == "cpu" and "triton" not in sys.modules:
         # xdist workers inherit TRITON_INTERPRET=1 from the controller, whose cpu-mode
         # activation set it.  With it set at `import triton`, Triton's own @jit library
