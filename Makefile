@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.copyfix-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv demo test test-checkout-base lint bench pr patch clean
+.PHONY: venv demo test test-checkout-base lint bench pr patch upstream-check upstream-discover clean
 
 venv: $(STAMP)
 
@@ -49,6 +49,19 @@ patch: venv
 pr: venv
 	@test -n "$(UPSTREAM)" || { echo "usage: make pr UPSTREAM=<FlagGems checkout>"; exit 2; }
 	$(PY) -m copyfix.export pr "$(UPSTREAM)"
+
+# Upstream FlagGems' own tests (those reaching the kunlunxin copy_), base vs base + overlay,
+# with the XPU fault on: results/upstream_check_$(MODE).json and docs/UPSTREAM_CHECK.md.
+MODE ?= cpu
+JOBS ?= 2
+upstream-check: venv
+	@test -n "$(UPSTREAM)" || { echo "usage: make upstream-check UPSTREAM=<FlagGems checkout> [MODE=cpu|cuda] [JOBS=2] [UPSTREAM_ARGS='--limit N -k REGEX --label L']"; exit 2; }
+	$(PY) -m copyfix.upstream_check check "$(UPSTREAM)" --mode $(MODE) -n $(JOBS) $(UPSTREAM_ARGS)
+
+# (Re)build results/upstream_selection_<label>.json: which upstream cases reach copy_.
+upstream-discover: venv
+	@test -n "$(UPSTREAM)" || { echo "usage: make upstream-discover UPSTREAM=<FlagGems checkout> [JOBS=2] [UPSTREAM_ARGS=...]"; exit 2; }
+	$(PY) -m copyfix.upstream_check discover "$(UPSTREAM)" -n $(JOBS) $(UPSTREAM_ARGS)
 
 clean:
 	rm -rf build .pytest_cache .hypothesis

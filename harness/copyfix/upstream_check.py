@@ -1,0 +1,837 @@
+"""Upstream FlagGems' own tests, before and after the overlay, with KunlunXIN's fault on.
+
+Harness file (not part of the upstream PR).  ``make upstream-check UPSTREAM=<checkout>``
+runs ``check``; ``discover`` (re)builds the selection it runs.
+
+    python -m copyfix.upstream_check discover <checkout> [--files tests/test_x.py ...]
+    python -m copyfix.upstream_check check <checkout> [--mode cpu|cuda] [-n N] [--limit N]
+    python -m copyfix.upstream_check docs          # regenerate docs/UPSTREAM_CHECK.md only
+
+How it works:
+
+* The checkout is composed twice into a temporary folder with copyfix.compose: the base
+  alone (``FLAGGEMS_BASE=<checkout>``, no overlay file) and base + overlay.  The checkout
+  is never written to: its ``tests/`` (and ``pytest.ini``) are copied to the temporary
+  folder and run there, so upstream's report files and caches land there too.
+* Each composition runs the selected tests in its own pytest process (``PYTHONPATH`` puts
+  the composed flag_gems first; ``-o pythonpath=`` drops upstream's ``pythonpath = src``)
+  with ``-p copyfix.upstream_plugin``: the emulation, the XPU fault
+  (``emulation.xpu_fallback_failure``), a spy that counts calls to the kunlunxin
+  ``copy``/``copy_``, the xdist fix for upstream's conftest, one JSON record per test.
+* Selection (``discover``): the base composition, fault off, over candidate test files
+  (default: every ``tests/**/test_*.py``); every case that called the kunlunxin copy/copy_
+  at least once is selected.  The result is committed as
+  ``results/upstream_selection_<label>.json`` so later checks run the same cases.
+* Classification: pass_both / fixed / regressed / fail_both / skipped, and for every
+  failure a reason class read from its failure text (see REASON_PATTERNS).
+* Output: ``results/upstream_check_<mode>.json`` (one section per base label, so runs for
+  other bases are kept, with a top-level summary summed over them) and the generated
+  ``docs/UPSTREAM_CHECK.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "results"
+DOCS = REPO / "docs" / "UPSTREAM_CHECK.md"
+PR_MD = REPO / "docs" / "PR.md"
+CLASSES = ("fixed", "regressed", "pass_both", "fail_both", "skipped")
+PLUGIN = "copyfix.upstream_plugin"
+# cpu mode: address-space cap of each pytest process (controller and each xdist worker)
+MEM_GB_PER_PROCESS = float(os.environ.get("COPYFIX_UPSTREAM_MEM_GB") or 6)
+
+# Failure text -> reason class, first match wins.  Read from the failures the check
+# actually produced (cpu emulation of v5.0.2 and main, cuda mode): what the emulated
+# device cannot do is an emulation limit, whatever copy_ does; the injected KunlunXIN
+# fault is its own class, because it is the bug under test.
+REASON_PATTERNS = (
+    ("xpu-fault", r"invalid device function"),
+    # the per-process address-space cap of cpu mode (MEM_GB_PER_PROCESS)
+    (
+        "memory-cap",
+        r"MemoryError|can't allocate memory|Cannot allocate memory|std::bad_alloc",
+    ),
+    (
+        "emulation-limit",
+        r"exceeds triton maximum tensor numel"  # interpreter / stock Triton 2**20 block cap
+        r"|exists only in KunlunXIN's Triton"  # XPU-only libdevice stubs
+        r"|Torch not compiled with CUDA|Found no NVIDIA driver|No CUDA GPUs"
+        r"|CUDA driver|torch\.cuda\.|is_cuda|device_type.?==.?.cuda"
+        r"|Expected all tensors to be on the same device"
+        r"|cuda(:\d+)?[\"'\]]? device|device=.?cuda|on (a )?CUDA device"
+        r"|interpreter|TRITON_INTERPRET|InterpretedFunction"
+        r"|not implemented for 'CPU'|CPU backend|for CPU tensors|Could not run .* 'CPU' backend"
+        r"|Unsupported function referenced|generate_configs"
+        # a CPU-only op reached through the CPU dispatch key, which cpu mode registers on
+        r"|CPU only\. There seems a mistake to dispatch",
+    ),
+    ("assertion", r"AssertionError|assert |Mismatched elements|not close"),
+)
+
+
+# ------------------------------------------------------------------ checkout, compose
+
+
+def checkout_label(checkout: Path) -> str:
+    """v<__version__> of the checkout's flag_gems if it states one, else the folder name."""
+    init = checkout / "src" / "flag_gems" / "__init__.py"
+    m = re.search(r'^__version__\s*=\s*["\']([^"\']+)["\']', init.read_text(), re.M)
+    return f"v{m.group(1)}" if m else checkout.resolve().name
+
+
+def check_checkout(checkout: Path) -> Path:
+    checkout = checkout.expanduser().resolve()
+    for rel in ("src/flag_gems/__init__.py", "tests/conftest.py"):
+        if not (checkout / rel).is_file():
+            raise SystemExit(f"{checkout} is not a FlagGems checkout (no {rel})")
+    return checkout
+
+
+def compose_pair(checkout: Path, work: Path) -> dict[str, Path]:
+    """work/base and work/overlay: composed flag_gems trees (base alone; base + overlay)."""
+    from copyfix.compose import compose
+
+    out = {}
+    saved = os.environ.get("FLAGGEMS_BASE")
+    os.environ["FLAGGEMS_BASE"] = str(checkout)
+    try:
+        for name in ("base", "overlay"):
+            project = work / f"project-{name}"
+            (project / "src").mkdir(parents=True)
+            shutil.copy(REPO / "pyproject.toml", project / "pyproject.toml")
+            if name == "overlay":
+                (project / "src" / "flag_gems").symlink_to(REPO / "src" / "flag_gems")
+            else:
+                (project / "src" / "flag_gems").mkdir()
+            out[name] = compose(project, editable=False)
+    finally:
+        if saved is None:
+            os.environ.pop("FLAGGEMS_BASE", None)
+        else:
+            os.environ["FLAGGEMS_BASE"] = saved
+    return out
+
+
+def copy_tests(checkout: Path, work: Path) -> Path:
+    run = work / "run"
+    shutil.copytree(
+        checkout / "tests",
+        run / "tests",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+    )
+    if (checkout / "pytest.ini").is_file():
+        shutil.copy(checkout / "pytest.ini", run / "pytest.ini")
+    return run
+
+
+# ------------------------------------------------------------------------------ run
+
+
+def run_pytest(
+    composed: Path,
+    run_dir: Path,
+    targets: list[str],
+    *,
+    mode: str,
+    fault: bool,
+    jobs: int,
+    quick: bool,
+    select: Path | None,
+    out: Path,
+    log: Path,
+    per_test: int = 0,
+    extra: list[str] = (),
+) -> dict:
+    """One pytest process over ``targets`` with the composed flag_gems; returns its records."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(composed), str(REPO / "harness"), env.get("PYTHONPATH", "")]
+    ).rstrip(os.pathsep)
+    env.pop("TRITON_INTERPRET", None)  # the plugin's activation decides
+    env.update(
+        COPYFIX_EMULATION=mode,
+        COPYFIX_UPSTREAM_FAULT="1" if fault else "0",
+        COPYFIX_UPSTREAM_OUT=str(out),
+        PYTHONDONTWRITEBYTECODE="1",
+        COPYFIX_UPSTREAM_MEM_GB=str(MEM_GB_PER_PROCESS),
+    )
+    env.pop("COPYFIX_UPSTREAM_SELECT", None)
+    env["COPYFIX_UPSTREAM_PER_TEST"] = str(per_test)
+    if select is not None:
+        env["COPYFIX_UPSTREAM_SELECT"] = str(select)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        PLUGIN,
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "pythonpath=",
+        "-q",
+        "-rN",
+        "--tb=short",
+        "-W",
+        "ignore",
+        "--continue-on-collection-errors",  # e.g. a file that needs CUDA at import
+    ]
+    if quick:
+        cmd.append("--quick")
+    if jobs > 0:
+        cmd += ["-n", str(jobs)]
+    cmd += [*extra, *targets]
+    started = time.monotonic()
+    with open(log, "w") as fh:
+        rc = subprocess.call(
+            cmd, cwd=run_dir, env=env, stdout=fh, stderr=subprocess.STDOUT
+        )
+    wall = time.monotonic() - started
+    if not out.is_file():
+        text = log.read_text()
+        errors = re.findall(r"^(?:E\s+)?([\w.]+(?:Error|Exception): .*)$", text, re.M)
+        raise SystemExit(
+            f"{text[-3000:]}\n\nupstream-check: the pytest run with the "
+            f"{composed.parents[1].name.removeprefix('project-')} composition ({_origin(composed)}) "
+            f"stopped before running any test (rc {rc}).\n"
+            f"Last error: {errors[-1] if errors else '(none found; see the output above)'}\n"
+            f"If that is an import of flag_gems failing, copyfix.emulation ({mode} mode) does "
+            "not support this base (yet): it is written for flag_gems "
+            f"{_supported_flag_gems()}."
+        )
+    data = json.loads(out.read_text())
+    data["meta"]["wall_s"] = round(wall, 1)
+    data["meta"]["returncode"] = rc
+    return data
+
+
+def _origin(composed: Path) -> str:
+    info = composed / "flag_gems" / "_overlay_info.py"
+    m = (
+        re.search(r"^BASE_ORIGIN = (.*)$", info.read_text(), re.M)
+        if info.is_file()
+        else None
+    )
+    return m.group(1).strip("'\"") if m else str(composed)
+
+
+def _supported_flag_gems() -> str:
+    from copyfix import emulation
+
+    return ", ".join(
+        getattr(emulation, "SUPPORTED_VERSIONS", {}).get("flag_gems", ("?",))
+    )
+
+
+# -------------------------------------------------------------------- classification
+
+
+def reason_class(text: str | None) -> str:
+    for name, pattern in REASON_PATTERNS:
+        if text and re.search(pattern, text):
+            return name
+    return "other"
+
+
+def _normalise(text: str | None) -> str:
+    """A failure message without addresses, numbers and temp paths, for comparing runs."""
+    text = (text or "").splitlines()[0] if text else ""
+    text = re.sub(r"0x[0-9a-f]+", "0x", text)
+    text = re.sub(r"/tmp/\S+", "<tmp>", text)
+    return re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "N", text)
+
+
+def classify(base: dict | None, overlay: dict | None) -> dict:
+    """Class of one case from its base and overlay records (a missing record is a failure)."""
+    missing = {"outcome": "missing", "reason": "not run", "copy_calls": 0}
+    base, overlay = base or missing, overlay or missing
+    ok_b, ok_o = base["outcome"] == "passed", overlay["outcome"] == "passed"
+    rec = {"class": None, "reason_class": None}
+    if "skipped" in (base["outcome"], overlay["outcome"]):
+        rec["class"] = "skipped"
+        rec["reason_class"] = "skipped"
+    elif ok_b and ok_o:
+        rec["class"] = "pass_both"
+    elif ok_o:
+        rec["class"] = "fixed"
+        rec["reason_class"] = reason_class(base["reason"])  # why the base failed
+    elif ok_b:
+        rec["class"] = "regressed"
+        rec["reason_class"] = reason_class(overlay["reason"])
+    else:
+        rec["class"] = "fail_both"
+        rb, ro = reason_class(base["reason"]), reason_class(overlay["reason"])
+        if "memory-cap" in (rb, ro):
+            rec["reason_class"] = "memory-cap"
+        elif "emulation-limit" in (rb, ro):
+            rec["reason_class"] = "emulation-limit"
+        elif ro == "xpu-fault":
+            rec["reason_class"] = "xpu-fault"  # the overlay still reaches the fault
+        elif _normalise(base["reason"]) == _normalise(overlay["reason"]):
+            rec["reason_class"] = "same-failure"
+        else:
+            rec["reason_class"] = "different-failure"
+    return rec
+
+
+def summarise(cases: list[dict]) -> dict:
+    counts = Counter(c["class"] for c in cases)
+    summary = {k: counts.get(k, 0) for k in CLASSES}
+    summary["cases"] = len(cases)
+    summary["reached_copy"] = sum(
+        1 for c in cases if c["base"]["copy_calls"] or c["overlay"]["copy_calls"]
+    )
+    summary["fail_both_reasons"] = dict(
+        sorted(
+            Counter(
+                c["reason_class"] for c in cases if c["class"] == "fail_both"
+            ).items()
+        )
+    )
+    return summary
+
+
+# ------------------------------------------------------------------------- selection
+
+
+def selection_path(label: str) -> Path:
+    return RESULTS / f"upstream_selection_{label}.json"
+
+
+def limit_round_robin(nodeids: list[str], limit: int | None) -> list[str]:
+    """At most ``limit`` node ids, taken one file at a time in turn (every file is represented)."""
+    if not limit or limit >= len(nodeids):
+        return sorted(nodeids)
+    by_file: dict[str, list[str]] = {}
+    for n in sorted(nodeids):
+        by_file.setdefault(n.split("::", 1)[0], []).append(n)
+    picked, queues = [], [list(v) for _, v in sorted(by_file.items())]
+    while len(picked) < limit:
+        for q in queues:
+            if q and len(picked) < limit:
+                picked.append(q.pop(0))
+    return sorted(picked)
+
+
+def _files_of(nodeids) -> list[str]:
+    return sorted({n.split("::", 1)[0] for n in nodeids})
+
+
+def _filter(nodeids, files: list[str] | None, keyword: str | None) -> list[str]:
+    out = list(nodeids)
+    if files:
+        wanted = [f.rstrip("/") for f in files]
+        out = [n for n in out if any(n == w or n.startswith(w + "::") for w in wanted)]
+    if keyword:
+        out = [n for n in out if re.search(keyword, n)]
+    return out
+
+
+def candidate_files(checkout: Path, files: list[str] | None) -> list[str]:
+    if files:
+        return sorted(files)
+    return sorted(
+        str(p.relative_to(checkout))
+        for p in (checkout / "tests").rglob("test_*.py")
+        if "__pycache__" not in p.parts
+    )
+
+
+# ------------------------------------------------------------------------- commands
+
+
+def _test_function(nodeid: str) -> str:
+    return nodeid.split("[", 1)[0]
+
+
+def cmd_discover(args) -> int:
+    checkout = check_checkout(args.upstream)
+    label = args.label or checkout_label(checkout)
+    targets = candidate_files(checkout, args.files)
+    with tempfile.TemporaryDirectory(prefix="copyfix-upstream-") as tmp:
+        work = Path(tmp)
+        composed = compose_pair(checkout, work)
+        run_dir = copy_tests(checkout, work)
+        common = dict(
+            mode=args.mode, fault=False, jobs=args.jobs, quick=args.quick, select=None
+        )
+        functions = targets
+        scan = None
+        if args.scan:
+            # scan: the first --scan case(s) of every test function; only functions
+            # whose scanned case called copy/copy_ are run in full below
+            scan = run_pytest(
+                composed["base"],
+                run_dir,
+                targets,
+                per_test=args.scan,
+                out=work / "scan.json",
+                log=work / "scan.log",
+                **common,
+            )
+            functions = sorted(
+                {
+                    _test_function(n)
+                    for n, r in scan["records"].items()
+                    if r["copy_calls"] > 0
+                }
+            )
+            print(
+                f"scan: {len(scan['records'])} cases (first {args.scan} per test function) in "
+                f"{scan['meta']['wall_s']} s; {len(functions)} test functions called copy/copy_",
+                flush=True,
+            )
+        data = run_pytest(
+            composed["base"],
+            run_dir,
+            functions,
+            out=work / "discover.json",
+            log=work / "discover.log",
+            **common,
+        )
+        if args.log:
+            shutil.copy(work / "discover.log", args.log)
+    records = data["records"]
+    reached = {n: r for n, r in records.items() if r["copy_calls"] > 0}
+    out = Path(args.out) if args.out else selection_path(label)
+    selection = {
+        "label": label,
+        "checkout": str(checkout),
+        "how": (
+            "cases of the base composition (XPU fault off) that called the kunlunxin "
+            "copy/copy_ at least once"
+            + (
+                f"; searched: every test function whose first {args.scan} case(s) called it"
+                if args.scan
+                else "; searched: every case of the searched files"
+            )
+        ),
+        "mode": args.mode,
+        "quick": args.quick,
+        "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "versions": data["meta"].get("versions"),
+        "searched_files": targets,
+        "scan": None
+        if scan is None
+        else {
+            "per_test": args.scan,
+            "cases": len(scan["records"]),
+            "wall_s": scan["meta"]["wall_s"],
+            "functions_reached": len(functions),
+        },
+        "cases_run": len(records),
+        "wall_s": data["meta"]["wall_s"],
+        "cases": {
+            n: {"outcome": r["outcome"], "copy_calls": r["copy_calls"]}
+            for n, r in sorted(reached.items())
+        },
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(selection, indent=1) + "\n")
+    print(
+        f"discover {label}: {len(records)} cases run, {len(reached)} called the kunlunxin "
+        f"copy/copy_ ({len(_files_of(reached))} files); wrote {out}"
+    )
+    return 0
+
+
+def cmd_check(args) -> int:
+    checkout = check_checkout(args.upstream)
+    label = args.label or checkout_label(checkout)
+    sel_file = Path(args.selection) if args.selection else selection_path(label)
+    if not sel_file.is_file():
+        raise SystemExit(
+            f"no selection {sel_file}: run `python -m copyfix.upstream_check discover {checkout}"
+            f"{' --label ' + label if args.label else ''}` first (or pass --selection)"
+        )
+    selection = json.loads(sel_file.read_text())
+    nodeids = _filter(selection["cases"], args.files, args.keyword)
+    nodeids = limit_round_robin(nodeids, args.limit)
+    if not nodeids:
+        raise SystemExit("the selection (after --files/-k/--limit) is empty")
+    quick = selection["quick"] if args.quick is None else args.quick
+    started = time.monotonic()
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="copyfix-upstream-") as tmp:
+        work = Path(tmp)
+        composed = compose_pair(checkout, work)
+        run_dir = copy_tests(checkout, work)
+        select = work / "select.json"
+        select.write_text(json.dumps(nodeids))
+        for name in ("base", "overlay"):
+            runs[name] = run_pytest(
+                composed[name],
+                run_dir,
+                _files_of(nodeids),
+                mode=args.mode,
+                fault=True,
+                jobs=args.jobs,
+                quick=quick,
+                select=select,
+                out=work / f"{name}.json",
+                log=work / f"{name}.log",
+            )
+            if args.log_dir:
+                Path(args.log_dir).mkdir(parents=True, exist_ok=True)
+                shutil.copy(work / f"{name}.log", Path(args.log_dir) / f"{name}.log")
+            print(
+                f"{name}: {len(runs[name]['records'])} cases in {runs[name]['meta']['wall_s']} s",
+                flush=True,
+            )
+    _verify_compositions(runs)
+    cases = []
+    for n in nodeids:
+        b = _brief(runs["base"]["records"].get(n))
+        o = _brief(runs["overlay"]["records"].get(n))
+        # classified from what is stored, so `reclassify` gives the same answer later
+        rec = {"nodeid": n, **classify(b, o), "base": b, "overlay": o}
+        ref = selection["cases"].get(n)
+        if ref is not None:
+            rec["base_fault_off"] = ref["outcome"]
+        cases.append(rec)
+    section = {
+        "summary": summarise(cases),
+        "meta": {
+            "label": label,
+            "checkout": str(checkout),
+            "mode": args.mode,
+            "jobs": args.jobs,
+            "quick": quick,
+            "selection": str(sel_file.relative_to(REPO))
+            if sel_file.is_relative_to(REPO)
+            else str(sel_file),
+            "selected": len(nodeids),
+            "selection_size": len(selection["cases"]),
+            "limit": args.limit,
+            "files": _files_of(nodeids),
+            "versions": runs["overlay"]["meta"].get("versions"),
+            "machine": args.machine or _machine(),
+            "wall_s": round(time.monotonic() - started, 1),
+            "run_wall_s": {k: v["meta"]["wall_s"] for k, v in runs.items()},
+            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        },
+        "cases": cases,
+    }
+    out = (
+        Path(args.results)
+        if args.results
+        else RESULTS / f"upstream_check_{args.mode}.json"
+    )
+    write_results(out, label, section)
+    if not args.no_docs:
+        write_docs()
+    s = section["summary"]
+    print(
+        f"upstream-check {label} ({args.mode}): fixed {s['fixed']}, regressed {s['regressed']}, "
+        f"pass_both {s['pass_both']}, fail_both {s['fail_both']} {s['fail_both_reasons']}, "
+        f"skipped {s['skipped']}; {section['meta']['wall_s']} s; wrote {out}"
+    )
+    return 1 if s["regressed"] and args.strict else 0
+
+
+def cmd_reclassify(args) -> int:
+    """Classify the stored cases again (after REASON_PATTERNS changed) and regenerate the docs."""
+    for path in sorted(RESULTS.glob("upstream_check_*.json")):
+        data = json.loads(path.read_text())
+        for label, sec in data["bases"].items():
+            for case in sec["cases"]:
+                case.update(classify(case["base"], case["overlay"]))
+            sec["summary"] = summarise(sec["cases"])
+            write_results(path, label, sec)
+        print(f"reclassified {path}")
+    print(f"wrote {write_docs()}")
+    return 0
+
+
+def _verify_compositions(runs: dict) -> None:
+    """The base run must have imported the checkout's own copy.py, the overlay run ours."""
+    copy_rel = "runtime/backend/_kunlunxin/ops/copy.py"
+    b, o = runs["base"]["meta"], runs["overlay"]["meta"]
+    if copy_rel in b.get("replaced", []) or copy_rel not in o.get("replaced", []):
+        raise SystemExit(
+            f"compositions mixed up: base replaced {b.get('replaced')}, overlay replaced {o.get('replaced')}"
+        )
+
+
+def _brief(rec: dict | None) -> dict:
+    if rec is None:
+        return {"outcome": "missing", "reason": "not run", "copy_calls": 0}
+    out = {"outcome": rec["outcome"], "copy_calls": rec["copy_calls"]}
+    if rec.get("reason"):
+        out["reason"] = rec["reason"].splitlines()[0][:300] if rec["reason"] else None
+    return out
+
+
+def _machine() -> str:
+    import platform
+
+    return f"{platform.node() or 'host'}: {os.cpu_count()} CPUs, {platform.machine()}"
+
+
+def write_results(path: Path, label: str, section: dict) -> None:
+    """Merge one base's section into the mode's results file (other bases are kept)."""
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    bases = data.get("bases", {})
+    bases[label] = section
+    total = Counter()
+    for sec in bases.values():
+        for k in (*CLASSES, "cases"):
+            total[k] += sec["summary"][k]
+    data = {
+        "summary": {
+            **{k: total[k] for k in (*CLASSES, "cases")},
+            "bases": sorted(bases),
+        },
+        "bases": dict(sorted(bases.items())),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+# ------------------------------------------------------------------------------ docs
+
+DOC_INTRO = """\
+# Upstream FlagGems tests, before and after this change (KunlunXIN fault on)
+
+Generated by `python -m copyfix.upstream_check` (`make upstream-check UPSTREAM=<checkout>`)
+from `results/upstream_check_<mode>.json`; do not edit by hand.
+
+**What runs.** The checkout's own `tests/`, copied to a temporary folder (the checkout is not
+touched), twice: against the checkout composed alone (**base**) and with this overlay's
+`copy.py` laid over it (**overlay**). Both runs have the KunlunXIN fault injected
+(`copyfix.emulation.xpu_fallback_failure()`: aten's strided copy fallback raises
+`CUDA error: invalid device function`, as on the XPU) and run on the emulated kunlunxin
+backend (`GEMS_VENDOR=kunlunxin`; cpu = Triton interpreter, cuda = stock Triton on NVIDIA).
+
+**Which cases.** Those that call the kunlunxin `copy`/`copy_` (`emulation.copy_module()`):
+`discover` runs candidate test files against the base with the fault off, counts calls with
+a spy (the function objects rebound to counting wrappers wherever flag_gems holds them:
+`_FULL_CONFIG`, `FULL_CONFIG_BY_FUNC`, module globals) and keeps every case with at least one
+call: `results/upstream_selection_<base>.json`. Every record also carries the calls counted in
+the check runs themselves.
+
+**Classes.** `pass_both`, `fixed` (base fails, overlay passes), `regressed` (base passes,
+overlay fails), `fail_both`, `skipped` (skipped in either run; never counted as a pass).
+Each failure gets a reason class from its failure text (first match wins, patterns in
+`REASON_PATTERNS`): `xpu-fault` (the injected `invalid device function`), `emulation-limit`
+(what the emulated device cannot do whatever copy_ does: tensors required on CUDA, stock
+Triton's / the interpreter's 2^20-element block cap, XPU-only libdevice stubs), `memory-cap`
+(cpu mode caps each pytest process's address space, 6 GiB by default,
+`COPYFIX_UPSTREAM_MEM_GB`: the interpreter holds every block as numpy arrays, and uncapped
+cases grew past 14 GB), `assertion`, `other`. A `fail_both` case is `memory-cap` or
+`emulation-limit` if either run's failure is one,
+`xpu-fault` if the overlay still hits the fault, `same-failure` if both messages agree once
+numbers and addresses are masked, else `different-failure`.
+
+**xdist.** Upstream v5.0.2's `tests/conftest.py` indexes `TEST_RESULTS[nodeid]` in
+`pytest_runtest_logreport`, which on the xdist controller was never filled (KeyError).
+`copyfix.upstream_plugin` gives the controller's table an empty entry in a hookwrapper that
+runs before upstream's hook; the conftest itself is not changed.
+"""
+
+
+def write_docs() -> Path:
+    parts = [DOC_INTRO]
+    for path in sorted(RESULTS.glob("upstream_check_*.json")):
+        mode = path.stem.rsplit("_", 1)[1]
+        data = json.loads(path.read_text())
+        for label, sec in data["bases"].items():
+            parts.append(_doc_section(mode, label, sec))
+    DOCS.write_text("\n".join(parts))
+    _write_headline()
+    return DOCS
+
+
+def _doc_section(mode: str, label: str, sec: dict) -> str:
+    s, m = sec["summary"], sec["meta"]
+    v = m.get("versions") or {}
+    lines = [
+        f"## {label}, {mode} mode",
+        "",
+        f"{m['date']}, {m['machine']}; torch {v.get('torch')}, triton {v.get('triton')}; "
+        f"`-n {m['jobs']}`{', `--quick`' if m['quick'] else ''}; "
+        f"{m['selected']} of {m['selection_size']} selected cases"
+        f"{' (--limit ' + str(m['limit']) + ', one file at a time)' if m.get('limit') else ''}"
+        f" in {len(m['files'])} files; wall {m['wall_s']} s "
+        f"(base {m['run_wall_s']['base']} s, overlay {m['run_wall_s']['overlay']} s).",
+        "",
+        _selection_note(m),
+        "",
+        "| fixed | regressed | pass both | fail both | skipped | cases | reached copy_ |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {s['fixed']} | {s['regressed']} | {s['pass_both']} | {s['fail_both']} | "
+        f"{s['skipped']} | {s['cases']} | {s['reached_copy']} |",
+        "",
+        "fail both, by reason: "
+        + (", ".join(f"{k} {n}" for k, n in s["fail_both_reasons"].items()) or "none"),
+        "",
+    ]
+    per_file: dict[str, Counter] = {}
+    for c in sec["cases"]:
+        per_file.setdefault(c["nodeid"].split("::", 1)[0], Counter())[c["class"]] += 1
+    lines += [
+        "| file | " + " | ".join(CLASSES) + " |",
+        "|---|" + "---:|" * len(CLASSES),
+    ]
+    for f, cnt in sorted(per_file.items()):
+        lines.append(f"| `{f}` | " + " | ".join(str(cnt[k]) for k in CLASSES) + " |")
+    lines.append("")
+    for cls in ("fixed", "regressed"):
+        named = [c for c in sec["cases"] if c["class"] == cls]
+        lines.append(f"{cls.capitalize()}:" + ("" if named else " none"))
+        for c in named:
+            why = c["base" if cls == "fixed" else "overlay"].get("reason", "")
+            lines.append(f"- `{c['nodeid']}`: {c['reason_class']}; {why}")
+        lines.append("")
+    odd = [
+        c
+        for c in sec["cases"]
+        if c["class"] == "fail_both"
+        and c["reason_class"] in ("different-failure", "xpu-fault")
+    ]
+    if odd:
+        lines.append(
+            "Fail both, worth a look (different failures, or the fault in both):"
+        )
+        lines += [
+            f"- `{c['nodeid']}` ({c['reason_class']}): base: {c['base'].get('reason')}; "
+            f"overlay: {c['overlay'].get('reason')}"
+            for c in odd
+        ]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _selection_note(meta: dict) -> str:
+    if not meta.get("selection"):
+        return "Selection: not recorded."
+    path = REPO / meta["selection"]
+    if not path.is_file():
+        return f"Selection: `{meta['selection']}`."
+    sel = json.loads(path.read_text())
+    searched = sel["searched_files"]
+    shown = ", ".join(f"`{Path(f).stem.removeprefix('test_')}`" for f in searched)
+    return (
+        f"Selection: `{meta['selection']}` ({sel['generated']}): {sel['how']}; "
+        f"{len(searched)} files searched ({shown}), {sel['cases_run']} cases run, "
+        f"{len(sel['cases'])} reached copy/copy_."
+    )
+
+
+HEADLINE_BEGIN = "<!-- upstream-check headline: generated by copyfix.upstream_check -->"
+HEADLINE_END = "<!-- end upstream-check headline -->"
+
+
+def _write_headline() -> None:
+    """The fixed/regressed table between the markers in docs/PR.md (if they are there)."""
+    if not PR_MD.is_file():
+        return
+    text = PR_MD.read_text()
+    if HEADLINE_BEGIN not in text or HEADLINE_END not in text:
+        return
+    rows = [
+        "| base | mode | cases | fixed | regressed | pass both | fail both (emulation limit) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for path in sorted(RESULTS.glob("upstream_check_*.json")):
+        mode = path.stem.rsplit("_", 1)[1]
+        for label, sec in json.loads(path.read_text())["bases"].items():
+            s = sec["summary"]
+            rows.append(
+                f"| {label} | {mode} | {s['cases']} | **{s['fixed']}** | **{s['regressed']}** | "
+                f"{s['pass_both']} | {s['fail_both']} "
+                f"({s['fail_both_reasons'].get('emulation-limit', 0)}) |"
+            )
+    head, rest = text.split(HEADLINE_BEGIN, 1)
+    _, tail = rest.split(HEADLINE_END, 1)
+    PR_MD.write_text(
+        head + HEADLINE_BEGIN + "\n" + "\n".join(rows) + "\n" + HEADLINE_END + tail
+    )
+
+
+# ------------------------------------------------------------------------------ main
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="copyfix.upstream_check")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    def common(p):
+        p.add_argument("upstream", type=Path, help="FlagGems checkout (src/, tests/)")
+        p.add_argument("--mode", choices=("cpu", "cuda"), default="cpu")
+        p.add_argument(
+            "-n", "--jobs", type=int, default=2, help="xdist workers (0: none)"
+        )
+        p.add_argument(
+            "--label", help="base label (default v<__version__> or folder name)"
+        )
+        p.add_argument(
+            "--files", nargs="+", help="test files (paths as tests/test_x.py)"
+        )
+
+    d = sub.add_parser("discover", help="build results/upstream_selection_<label>.json")
+    common(d)
+    d.add_argument("--no-quick", dest="quick", action="store_false", default=True)
+    d.add_argument(
+        "--out", help="selection file (default results/upstream_selection_<label>.json)"
+    )
+    d.add_argument(
+        "--scan",
+        type=int,
+        default=1,
+        help="first scan N cases per test function, then run in full only the functions "
+        "that reached copy_ (0: run every case of every file)",
+    )
+    d.add_argument("--log", help="copy pytest's output here")
+
+    c = sub.add_parser("check", help="base vs base + overlay, XPU fault on")
+    common(c)
+    q = c.add_mutually_exclusive_group()
+    q.add_argument("--quick", dest="quick", action="store_true", default=None)
+    q.add_argument("--no-quick", dest="quick", action="store_false")
+    c.add_argument(
+        "--selection",
+        help="selection file (default results/upstream_selection_<label>.json)",
+    )
+    c.add_argument("-k", "--keyword", help="regex on node ids, to run a subset")
+    c.add_argument(
+        "--limit", type=int, help="at most N cases, taken one file at a time"
+    )
+    c.add_argument(
+        "--results", help="results file (default results/upstream_check_<mode>.json)"
+    )
+    c.add_argument("--machine", help="machine description for the report")
+    c.add_argument("--log-dir", help="copy both pytest outputs here")
+    c.add_argument("--no-docs", action="store_true", help="do not regenerate the docs")
+    c.add_argument("--strict", action="store_true", help="exit 1 on any regression")
+
+    sub.add_parser("docs", help="regenerate docs/UPSTREAM_CHECK.md from results/")
+    sub.add_parser(
+        "reclassify", help="classify stored cases again, then regenerate the docs"
+    )
+    args = parser.parse_args(argv)
+    if args.cmd == "reclassify":
+        return cmd_reclassify(args)
+    if args.cmd == "discover":
+        return cmd_discover(args)
+    if args.cmd == "check":
+        return cmd_check(args)
+    print(f"wrote {write_docs()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

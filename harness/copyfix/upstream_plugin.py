@@ -1,0 +1,287 @@
+"""pytest plugin (harness only) for running upstream FlagGems' own tests on the emulation.
+
+Loaded by ``copyfix.upstream_check`` as ``-p copyfix.upstream_plugin`` into a pytest run of
+an upstream checkout's ``tests/`` (never into this repository's suite).  Configured by
+environment variables, so xdist workers see the same settings as the controller:
+
+``COPYFIX_EMULATION``       emulation mode (cpu / cuda / native), activated at import,
+                            i.e. before upstream's conftest imports flag_gems.
+``COPYFIX_UPSTREAM_FAULT``  "1": the KunlunXIN fault (``emulation.xpu_fallback_failure``)
+                            is on for the whole session.
+``COPYFIX_UPSTREAM_SELECT`` a JSON file with a list of node ids: every other collected
+                            test is deselected.
+``COPYFIX_UPSTREAM_PER_TEST`` N: without a selection, keep the first N cases (parametrizations)
+                            of each test function (discover's scan).
+``COPYFIX_UPSTREAM_MEM_GB`` cpu mode: address-space cap per pytest process, in GiB.
+``COPYFIX_UPSTREAM_OUT``    where to write one JSON record per test (on the controller).
+
+Each record carries the number of calls the test made to the kunlunxin ``copy``/``copy_``
+(the functions ``copyfix.emulation.copy_module()`` defines), counted by rebinding those
+function objects to counting wrappers wherever flag_gems holds them (see ``_spy``).
+Unlike this repository's own plugin, skips are recorded as skips (the check reports them,
+it never counts them as passes).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from copyfix import emulation
+
+CALLS: dict[
+    str, int
+] = {}  # nodeid -> kunlunxin copy/copy_ calls (on the process running it)
+_current: list[str] = []  # the nodeid running now (at most one)
+_records: dict[str, dict] = {}
+_fault = None
+
+
+def _cap_memory() -> None:
+    # Under the Triton interpreter a kernel's blocks are numpy arrays, several times the
+    # tensors' size: a few upstream cases grew a worker past 14 GB and the kernel's OOM
+    # killer stepped in.  In cpu mode each process gets an address-space cap instead
+    # (COPYFIX_UPSTREAM_MEM_GB, set by upstream_check), so such a case fails alone with
+    # a MemoryError ("memory-cap").  Not in cuda mode: the CUDA driver reserves far more
+    # address space than it uses.
+    import resource
+
+    gb = float(os.environ.get("COPYFIX_UPSTREAM_MEM_GB") or 0)
+    if gb > 0:
+        limit = int(gb * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _activate() -> None:
+    mode = os.environ.get(emulation.ENV_MODE) or None
+    if mode == "cpu":
+        _cap_memory()
+    if mode == "cpu" and "triton" not in sys.modules:
+        # xdist workers inherit TRITON_INTERPRET=1 from the controller, whose cpu-mode
+        # activation set it.  With it set at `import triton`, Triton's own @jit library
+        # functions become stock InterpretedFunction objects, which the cpu emulation's
+        # JITFunction stand-in cannot reference ("Unsupported function referenced").
+        # Import Triton without it; activate() sets it again before flag_gems' kernels.
+        os.environ.pop("TRITON_INTERPRET", None)
+        import triton  # noqa: F401
+    emulation.activate(mode)
+
+
+_activate()
+
+
+def _counting(fn):
+    @functools.wraps(fn)  # keeps __name__: flag_gems' include/exclude lists match on it
+    def spy(*args, **kwargs):
+        if _current:
+            CALLS[_current[0]] = CALLS.get(_current[0], 0) + 1
+        return fn(*args, **kwargs)
+
+    spy._copyfix_spied = fn
+    return spy
+
+
+def _spy() -> int:
+    """Rebind the kunlunxin copy/copy_ function objects to counting wrappers.
+
+    flag_gems (5.0.2 and main) keeps the function objects it registers in
+    ``flag_gems._FULL_CONFIG`` (tuples), ``flag_gems.FULL_CONFIG_BY_FUNC`` (lists) and as
+    globals of its modules (``flag_gems.copy_``, ``_kunlunxin.ops.copy_``; other kunlunxin
+    ops import ``copy`` directly).  ``use_gems()`` reads those tables when it registers, so
+    rebinding before the first test sees every dispatched and direct call.  Observation
+    only: each wrapper calls the original with the same arguments.  Returns how many
+    references were rebound.
+    """
+    module = emulation.copy_module()
+    targets = {
+        id(getattr(module, n)): getattr(module, n)
+        for n in ("copy", "copy_")
+        if callable(getattr(module, n, None))
+    }
+    spies = {key: _counting(fn) for key, fn in targets.items()}
+    rebound = 0
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not (
+            name.startswith(("flag_gems", "_kunlunxin")) or name == "flag_gems"
+        ):
+            continue
+        for attr, value in list(vars(mod).items()):
+            if id(value) in spies and value is targets[id(value)]:
+                setattr(mod, attr, spies[id(value)])
+                rebound += 1
+    import flag_gems
+
+    def swap(item):
+        if isinstance(item, tuple) and len(item) >= 2 and id(item[1]) in spies:
+            return (item[0], spies[id(item[1])], *item[2:])
+        return item
+
+    if hasattr(flag_gems, "_FULL_CONFIG"):
+        new = tuple(swap(i) for i in flag_gems._FULL_CONFIG)
+        rebound += sum(a is not b for a, b in zip(new, flag_gems._FULL_CONFIG))
+        flag_gems._FULL_CONFIG = new
+    for items in getattr(flag_gems, "FULL_CONFIG_BY_FUNC", {}).values():
+        for i, item in enumerate(items):
+            if swap(item) is not item:
+                items[i] = swap(item)
+                rebound += 1
+    return rebound
+
+
+def pytest_configure(config):
+    global _fault
+    if hasattr(config, "workerinput") or not _is_xdist_controller(config):
+        n = _spy()
+        if n == 0:
+            raise pytest.UsageError(
+                "copyfix.upstream_plugin: found no reference to the kunlunxin copy/copy_ to spy on"
+            )
+        if os.environ.get("COPYFIX_UPSTREAM_FAULT") == "1":
+            _fault = emulation.xpu_fallback_failure()
+            _fault.__enter__()
+
+
+def _is_xdist_controller(config) -> bool:
+    numprocesses = getattr(config.option, "numprocesses", None)
+    return bool(numprocesses) and not hasattr(config, "workerinput")
+
+
+def pytest_unconfigure(config):
+    global _fault
+    if _fault is not None:
+        _fault.__exit__(None, None, None)
+        _fault = None
+
+
+def pytest_collection_modifyitems(config, items):
+    path = os.environ.get("COPYFIX_UPSTREAM_SELECT")
+    per_test = int(os.environ.get("COPYFIX_UPSTREAM_PER_TEST") or 0)
+    if path:
+        wanted = set(json.loads(Path(path).read_text()))
+        keep = [i for i in items if i.nodeid in wanted]
+    elif (
+        per_test
+    ):  # a scan: the first N cases of each test function, in collection order
+        seen: dict[str, int] = {}
+        keep = []
+        for i in items:
+            f = i.nodeid.split("[", 1)[0]
+            seen[f] = seen.get(f, 0) + 1
+            if seen[f] <= per_test:
+                keep.append(i)
+    else:
+        return
+    kept = set(map(id, keep))
+    drop = [i for i in items if id(i) not in kept]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+    items[:] = keep
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _current[:] = [item.nodeid]
+    CALLS.setdefault(item.nodeid, 0)
+    try:
+        yield
+    finally:
+        _current.clear()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    # the count travels with the report, so under xdist the controller receives it
+    outcome.get_result().user_properties.append(
+        ("copyfix_copy_calls", CALLS.get(item.nodeid, 0))
+    )
+
+
+def _upstream_conftests(config):
+    for plugin in config.pluginmanager.get_plugins():
+        if isinstance(getattr(plugin, "TEST_RESULTS", None), dict):
+            yield plugin
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_logreport(report):
+    # Upstream v5.0.2 tests/conftest.py fills TEST_RESULTS[nodeid] in its
+    # pytest_runtest_protocol hook and indexes it in pytest_runtest_logreport.  Under
+    # xdist the protocol hook runs on the workers, but the controller also receives every
+    # report through pytest_runtest_logreport, where TEST_RESULTS is empty: KeyError,
+    # which aborts the session.  A hookwrapper runs before every plain implementation
+    # (tryfirst ones included), so giving the controller's table an empty entry first
+    # lets upstream's hook work unchanged; upstream main does the same with setdefault.
+    # The checkout and its conftest are left as they are.
+    config = _config[0] if _config else None
+    if config is not None:
+        for conftest in _upstream_conftests(config):
+            conftest.TEST_RESULTS.setdefault(
+                report.nodeid, {"params": None, "result": None, "opname": None}
+            )
+    yield
+    _record(report)
+
+
+_config: list = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    _config[:] = [session.config]
+
+
+def _reason(report) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        return crash.message
+    if isinstance(report.longrepr, tuple):
+        return str(report.longrepr[-1])
+    return str(report.longrepr or "")
+
+
+def _record(report) -> None:
+    rec = _records.setdefault(
+        report.nodeid, {"outcome": "passed", "reason": None, "copy_calls": 0}
+    )
+    for key, value in report.user_properties:
+        if key == "copyfix_copy_calls":
+            rec["copy_calls"] = max(rec["copy_calls"], int(value))
+    if report.outcome == "passed" or rec["outcome"] != "passed":
+        return  # keep the first non-pass (setup error beats the call, call beats teardown)
+    if report.skipped:
+        rec["outcome"] = "skipped"
+    else:
+        rec["outcome"] = "failed" if report.when == "call" else "error"
+    rec["reason"] = _reason(report)[:2000]
+    if report.failed:
+        rec["longrepr_tail"] = str(report.longrepr)[-1500:]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    out = os.environ.get("COPYFIX_UPSTREAM_OUT")
+    if out and not hasattr(session.config, "workerinput"):
+        import importlib
+
+        import flag_gems
+
+        try:  # written by copyfix.compose: which base files the overlay replaced
+            info = importlib.import_module("flag_gems._overlay_info")
+        except ModuleNotFoundError:
+            info = None
+        meta = {
+            "versions": emulation.versions(),
+            "flag_gems": str(Path(flag_gems.__file__).parent),
+            "copy_module": emulation.copy_module().__file__,
+            "replaced": list(getattr(info, "REPLACED", [])),
+            "fault": os.environ.get("COPYFIX_UPSTREAM_FAULT") == "1",
+            "exitstatus": int(exitstatus),
+        }
+        Path(out).write_text(
+            json.dumps({"meta": meta, "records": _records}, indent=1, sort_keys=True)
+        )
