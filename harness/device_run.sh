@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Harness: the GPU runs behind the recorded figures, on the lent NVIDIA machine (cuda mode).
-#   bash harness/device_run.sh STEP...      (outputs under $OUT, logs named after the step)
-# Steps: probe suite host bench main-suite main-host. The FlagGems main checkout travels
-# as .upstream/fgmain-src.tar.gz (git-ignored; made from the fetched mirror, never committed).
+#   bash harness/device_run.sh STEP...
+# Steps: probe suite host bench main-suite main-host upstream. JSON results land in $OUT,
+# the logs in $OUT/logs.tgz (the device tool brings back at most 8 files). Upstream
+# FlagGems travels in .upstream/ (git-ignored; made from the fetched mirror, never
+# committed): fgmain-src.tar.gz (main of 2026-08-21's src/) and v5.0.2/ (src, tests).
+# BENCH_ARGS, UPSTREAM_LIMIT and DEADLINE (seconds for all steps) budget the run.
 set -u
 cd "$(dirname "$0")/.."
-: "${OUT:=/tmp/out}"
+: "${OUT:=/tmp/out}" "${DEADLINE:=570}" "${UPSTREAM_LIMIT:=80}" "${BENCH_ARGS:=}"
+LOGS=/tmp/devlogs && mkdir -p $LOGS
 export COPYFIX_OP_COMMIT="${COPYFIX_OP_COMMIT:-}"
-. harness/device_env.sh
+. harness/device_env.sh > $LOGS/env.log 2>&1
 main_env() {  # a second copy of the repo, composed over FlagGems main
   if [ ! -d /tmp/rmain ]; then
     mkdir -p /tmp/fgmain && tar -xzf .upstream/fgmain-src.tar.gz -C /tmp/fgmain
@@ -17,15 +21,22 @@ main_env() {  # a second copy of the repo, composed over FlagGems main
   fi
   cd /tmp/rmain && export PYTHONPATH=/tmp/site:/tmp/rmain/build/composed:/tmp/rmain/harness
 }
+left() { local n=$((DEADLINE - SECONDS)); echo $((n > 1 ? n : 1)); }  # (timeout 0 = none)
+PYTEST="python3 -m pytest -q -n 16 -p no:cacheprovider -rfE"
 for step in "$@"; do
-  echo "=== $step $(date +%T)"
+  echo "=== $step $(date +%T), $(left) s left"
+  log=$LOGS/$step.log
   case $step in
-    probe) timeout 150 python3 -m copyfix.probe_conversions --out "$OUT/conversions_h200.json" > "$OUT/probe.log" 2>&1 ;;
-    suite) timeout 300 python3 -m pytest -q -n 16 -p no:cacheprovider -rfE > "$OUT/suite.log" 2>&1 ;;
-    host) timeout 120 python3 -m copyfix.bench host > "$OUT/host.log" 2>&1; cp results/copy_host_overhead_h200.json "$OUT/" ;;
-    bench) timeout 400 python3 -m copyfix.bench > "$OUT/bench.log" 2>&1; cp results/copy_perf_accuracy_h200.json "$OUT/" ;;
-    main-suite) (main_env && timeout 300 python3 -m pytest -q -n 16 -p no:cacheprovider -rfE > "$OUT/main-suite.log" 2>&1) ;;
-    main-host) (main_env && timeout 120 python3 -m copyfix.bench host > "$OUT/main-host.log" 2>&1; cp results/copy_host_overhead_h200_*.json "$OUT/") ;;
+    probe) timeout "$(left)" python3 -m copyfix.probe_conversions --out "$OUT/conversions_h200.json" > "$log" 2>&1 ;;
+    suite) timeout "$(left)" $PYTEST > "$log" 2>&1 ;;
+    host) timeout "$(left)" python3 -m copyfix.bench host --profile > "$log" 2>&1; cp results/copy_host_overhead_h200.json "$OUT/" ;;
+    bench) timeout "$(left)" python3 -m copyfix.bench $BENCH_ARGS > "$log" 2>&1; cp results/copy_perf_accuracy_h200.json "$OUT/" ;;
+    main-suite) (main_env && timeout "$(left)" $PYTEST > "$log" 2>&1) ;;
+    main-host) (main_env && timeout "$(left)" python3 -m copyfix.bench host > "$log" 2>&1; cp results/copy_host_overhead_h200_*.json "$OUT/") ;;
+    upstream) timeout "$(left)" python3 -m copyfix.upstream_check check .upstream/v5.0.2 --mode cuda -n 16 \
+      --limit "$UPSTREAM_LIMIT" --machine "nvidia-h200: 1 H200, 16 CPU cores" \
+      --results "$OUT/upstream_check_cuda.json" --no-docs > "$log" 2>&1 ;;
   esac
-  echo "=== $step rc=$? $(date +%T)"; tail -n 4 "$OUT/$step.log" 2>/dev/null
+  echo "=== $step rc=$? $(date +%T)"; grep -v -i "warn" "$log" | tail -n 4
 done
+tar -czf "$OUT/logs.tgz" -C $LOGS .
