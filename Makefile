@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.copyfix-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv demo test lint bench pr patch clean
+.PHONY: venv demo test lint bench pr patch clean mutate
 
 venv: $(STAMP)
 
@@ -38,6 +38,15 @@ patch: venv
 pr: venv
 	@test -n "$(UPSTREAM)" || { echo "usage: make pr UPSTREAM=<FlagGems checkout>"; exit 2; }
 	$(PY) -m copyfix.export pr "$(UPSTREAM)"
+
+# Mutation testing of the PR op file (not part of .ci/run): results/mutation_<mode>.json
+# and docs/MUTATION.md. JOBS parallel workers, each on its own copy of the op file.
+JOBS ?= 2
+MUTATE_MODE ?= cpu
+COSMIC_RAY_SPEC ?= cosmic-ray==8.7.0
+mutate: venv
+	$(PY) -m pip show -q cosmic-ray >/dev/null 2>&1 || $(PY) -m pip install -q "$(COSMIC_RAY_SPEC)"
+	$(PY) -m copyfix.mutation run --mode $(MUTATE_MODE) --jobs $(JOBS) $(MUTATE_ARGS)
 
 clean:
 	rm -rf build .pytest_cache .hypothesis

@@ -409,6 +409,86 @@ def test_coalesce(shape, dst_strides, src_strides, expected):
 
 
 # ---------------------------------------------------------------------------
+# same-rank broadcasts: a size-1 source dim with a real (nonzero) stride
+# ---------------------------------------------------------------------------
+
+# name: (src base shape, src view, dst base shape, dst view, rank after coalescing)
+SAME_RANK_BROADCASTS = {
+    # a (1, C) bias row into (N, C): the most common broadcast there is
+    "row_1xC": ((1, 33), _same, (8, 33), _same, 2),
+    "first_row": ((5, 33), lambda s: s[:1], (8, 33), _same, 2),
+    "row_into_transposed": ((1, 33), _same, (33, 8), lambda d: d.t(), 2),
+    "row_into_step_slice": ((5, 33), lambda s: s[3:4], (8, 66), lambda d: d[:, ::2], 2),
+    # a middle dim: (B, 1, S) sliced out of a bigger tensor, into (B, H, S)
+    "middle_dim": ((3, 4, 10), lambda s: s[:, 1:2, ::2], (3, 6, 5), _same, 3),
+    "outer_and_inner": ((1, 7, 1), _same, (4, 7, 3), _same, 3),
+    "one_element_1x1": ((5, 6), lambda s: s[2:3, 4:5], (3, 4), _same, 1),
+    "0d_view": ((6,), lambda s: s[4], (5, 7), _same, 1),
+    "0d_into_0d": ((6,), lambda s: s[4], (3,), lambda d: d[2], 1),
+}
+SAME_RANK_PAIRS = [
+    (torch.float32, torch.float32),
+    (torch.float32, torch.bfloat16),
+    (torch.int64, torch.float16),
+    (torch.bfloat16, torch.float32),
+    (torch.int32, torch.bool),
+]
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("pair", SAME_RANK_PAIRS, ids=_pair_id)
+@pytest.mark.parametrize("layout", list(SAME_RANK_BROADCASTS))
+def test_copy_same_rank_broadcast(layout, pair):
+    src_shape, src_view, dst_shape, dst_view, rank = SAME_RANK_BROADCASTS[layout]
+    gen = torch.Generator().manual_seed(11)
+    src_base = make_values(src_shape, pair[0], pair[1], gen)
+    dst_base = make_values(dst_shape, pair[1], pair[1], gen)
+    dev_dst_base = dst_base.to(DEVICE, copy=True)
+    src = src_view(src_base.to(DEVICE, copy=True))
+    assert src.dim() in (0, dst_view(dst_base).dim())
+    with track_paths() as paths:
+        gems_copy_(dst_view(dev_dst_base), src)
+    name = f"{layout}-{_pair_id(pair)}"
+    assert paths.fallbacks == 0 and paths.ranks == [rank], f"{name}: {paths.ranks}"
+    ref = dst_base.clone()
+    dst_view(ref).copy_(src_view(src_base))
+    assert_bit_exact(dev_dst_base, ref, name, pair[0] == pair[1])
+
+
+@pytest.mark.copy_
+def test_copy_same_rank_broadcast_functional():
+    # copy(template, x[:1]): the functional form broadcasts the same way
+    src = torch.randn(4, 16)
+    template = torch.empty(6, 16, device=DEVICE)
+    out = copy_module().copy(template, src.to(DEVICE)[:1])
+    assert_bit_exact(out, src[:1].expand(6, 16).contiguous(), "copy(template, x[:1])")
+
+
+@pytest.mark.copy_
+def test_plan_int32_bounds():
+    # One launch while every element offset fits int32 (<= 2**31 - 1) and the 12
+    # CTAs' power-of-two tiles do too (numel <= 12 * 2**27); one past either bound
+    # must split. Plans are computed from sizes and strides, nothing is allocated.
+    plan = copy_module()._plan
+    big = 12 * 2**27
+    assert plan((big,), (1,), (1,))[3:] == (big, True)
+    assert plan((big + 1,), (1,), (1,))[3:] == (big + 1, False)
+    last = 2**31 - 1  # the largest offset int32 can index
+    assert plan((2, 3), (last, 1), (3, 1))[4] is False  # dst offset last + 2
+    assert plan((2, 3), (last - 2, 1), (3, 1))[4] is True  # dst offset exactly last
+    assert plan((2, 3), (3, 1), (last - 2, 1))[4] is True
+    assert plan((2, 3), (3, 1), (last - 1, 1))[4] is False  # src offset last + 1
+    # a broadcast source (stride 0) adds no offset, however large the dst dim
+    assert plan((3, 2**20), (2**20, 1), (0, 1)) == (
+        (3, 2**20),
+        (2**20, 1),
+        (0, 1),
+        3 * 2**20,
+        True,
+    )
+
+
+# ---------------------------------------------------------------------------
 # gap checks: torch's semantics, errors, and what goes to the fallback
 # ---------------------------------------------------------------------------
 
@@ -563,6 +643,30 @@ def test_copy_python_scalar(value, dtype):
         copy_module().copy_(dst, value)
     assert paths.fallbacks == 0 and len(paths.ranks) == 1
     assert_bit_exact(dst.t(), ref, f"scalar {value!r}")
+
+
+# Python numbers that float32 cannot hold: torch wraps a float as float64 and an
+# int as int64, so a count like 2**24 + 1 or a tiny flag like 1e-50 survives.
+SCALAR_ROUNDING_CASES = [
+    (2.0**24 + 1, torch.int32),
+    (-(2.0**40) - 1, torch.int64),
+    (1e-50, torch.bool),
+    (1e-40, torch.float32),
+    (2**53 + 1, torch.int64),
+    (-(2**62) - 1, torch.int64),
+]
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("value, dtype", SCALAR_ROUNDING_CASES, ids=lambda x: str(x))
+def test_copy_python_scalar_rounds_once(value, dtype):
+    ref = torch.zeros(3, 4, dtype=dtype)
+    ref.copy_(value)
+    dst = torch.zeros(4, 6, dtype=dtype, device=DEVICE)[:, ::2].t()
+    with track_paths() as paths:
+        copy_module().copy_(dst, value)
+    assert paths.fallbacks == 0 and len(paths.ranks) == 1
+    assert_bit_exact(dst, ref, f"scalar {value!r} -> {dtype}")
 
 
 @pytest.mark.copy_
@@ -773,23 +877,27 @@ else:
                 )
             )
         dropped = draw(st.integers(0, rank)) if allow_broadcast else 0
+        # same-rank broadcast: a broadcast dim stays a size-1 slice with its real
+        # stride, as in x[:1] or a (1, C) row, instead of being expanded
+        implicit = allow_broadcast and draw(st.booleans())
         perm = draw(st.permutations(range(rank - dropped)))
         kept = dims[dropped:]
         kept_shape = shape[dropped:]
         base_shape = [
-            1 if b else n * step + start
+            1 + start if b else n * step + start
             for n, (b, step, start) in zip(kept_shape, kept)
         ]
 
         def view(base):
             t = base.permute(sorted(range(len(perm)), key=lambda i: perm[i]))
             index = tuple(
-                slice(0, 1) if b else slice(start, start + n * step, step)
+                slice(start, start + 1) if b else slice(start, start + n * step, step)
                 for n, (b, step, start) in zip(kept_shape, kept)
             )
-            return t[index].expand(kept_shape)
+            return t[index] if implicit else t[index].expand(kept_shape)
 
         spec = f"base{tuple(base_shape[p] for p in perm)}.permute(inv{tuple(perm)})[{kept}] over {shape}"
+        spec += " (broadcast by copy_)" if implicit else ""
         return [base_shape[p] for p in perm], view, spec
 
     @st.composite
