@@ -111,6 +111,7 @@ def _overlay_files():
 
 def make_worker(folder: Path, tests: list) -> None:
     """A folder with its own overlay copy and a composed tree whose symlinks point at it."""
+    folder = folder.resolve()  # the symlinks must be absolute
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
