@@ -408,6 +408,21 @@ def test_coalesce(shape, dst_strides, src_strides, expected):
     assert copy_module()._coalesce(shape, dst_strides, src_strides) == expected
 
 
+@pytest.mark.copy_
+@pytest.mark.parametrize(
+    "shape, dst_strides, src_strides, expected",
+    [
+        # equal destination strides (an as_strided window view): the smaller dim
+        # goes inner, as TensorIterator orders it
+        ((2, 3), (1, 1), (3, 1), ((3, 2), (1, 1), (1, 3))),
+        # a broadcast source dim (stride 0) does not break the destination's tie
+        ((4, 2, 3), (1, 1, 4), (0, 1, 2), ((3, 4, 2), (4, 1, 1), (2, 0, 1))),
+    ],
+)
+def test_coalesce_ties_follow_tensoriterator(shape, dst_strides, src_strides, expected):
+    assert copy_module()._coalesce(shape, dst_strides, src_strides) == expected
+
+
 # ---------------------------------------------------------------------------
 # same-rank broadcasts: a size-1 source dim with a real (nonzero) stride
 # ---------------------------------------------------------------------------
@@ -502,6 +517,8 @@ def test_plan_int32_bounds():
         ((3,), (2, 3)),
         ((1, 3), (2, 3)),
         ((0, 3), (4,)),
+        ((4, 3), (2, 3)),  # a half batch into a full buffer
+        ((3,), (4, 3)),  # a batch into one row
     ],
 )
 def test_copy_illegal_broadcast(dst_shape, src_shape):
@@ -553,6 +570,45 @@ def test_copy_alias_interleaved():
     ref[:, ::2].copy_(ref[:, 1::2])
     assert paths.fallbacks == 0 and len(paths.ranks) >= 1
     assert_bit_exact(x, ref, "interleaved alias")
+
+
+@pytest.mark.copy_
+def test_copy_alias_disjoint_strided_halves_need_no_snapshot():
+    # x[2:, ::2] <- x[:2, ::2]: one buffer, non-dense views, disjoint bytes: one launch
+    cpu = torch.randn(4, 6)
+    x = cpu.to(DEVICE, copy=True)
+    with track_paths() as paths:
+        gems_copy_(x[2:, ::2], x[:2, ::2])
+    ref = cpu.clone()
+    ref[2:, ::2].copy_(ref[:2, ::2])
+    assert paths.fallbacks == 0 and paths.ranks == [1]  # no snapshot launch
+    assert_bit_exact(x, ref, "disjoint halves")
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("dst_start, src_start", [(4, 0), (0, 4)])
+def test_copy_alias_one_shared_element_is_read_first(dst_start, src_start):
+    # x[4:9:2] <- x[0:5:2] shares only element 4 (src's last, dst's first): still
+    # an overlap, so src is read whole before anything is written
+    cpu = torch.randn(9)
+    x = cpu.to(DEVICE, copy=True)
+    with track_paths() as paths:
+        gems_copy_(x[dst_start : dst_start + 5 : 2], x[src_start : src_start + 5 : 2])
+    ref = cpu.clone()
+    ref[dst_start : dst_start + 5 : 2] = cpu[src_start : src_start + 5 : 2].clone()
+    assert paths.fallbacks == 0 and paths.ranks == [1, 1]  # snapshot, then copy
+    assert_bit_exact(x, ref, "one shared element")
+
+
+@pytest.mark.copy_
+def test_copy_alias_empty_source_reports_the_broadcast_error():
+    # torch checks overlap only for non-empty tensors: the size mismatch is the error
+    expected = torch_error(lambda: (lambda x: x[:3].copy_(x[1:1]))(torch.zeros(6)))
+    x = torch.full((6,), 7.0, device=DEVICE)
+    with pytest.raises(expected[0]) as err:
+        gems_copy_(x[:3], x[1:1])
+    assert str(err.value) == expected[1]
+    assert bool((x.cpu() == 7.0).all())
 
 
 @pytest.mark.copy_
@@ -710,6 +766,27 @@ def test_copy_fallback_dtypes():
             (1, 0) if expect_fallback else (0, 1)
         )
         assert_bit_exact(dst, src.to(dst_dtype), f"{src_dtype}->{dst_dtype}")
+
+
+@pytest.mark.copy_
+def test_copy_fallback_reasons_name_the_cause():
+    # the debug line of every fallback says why, so a slow path can be traced
+    reason = copy_module()._fallback_reason
+    x = torch.zeros(2, 3, device=DEVICE)
+    assert reason(x, torch.zeros(2, 3, device=DEVICE)) is None
+    if not flag_gems.runtime.device.support_fp64:
+        f64 = torch.zeros(2, 3, dtype=torch.float64, device=DEVICE)
+        assert (
+            reason(x, f64)
+            == "dtype torch.float64->torch.float32 not supported by Triton here"
+        )
+    c64 = torch.zeros(2, 3, dtype=torch.complex64, device=DEVICE)
+    assert reason(x, c64).startswith("complex dtype")
+    assert reason(x, torch._neg_view(x)) == "lazy negation bit"
+    assert reason(x, torch.zeros(2, 3, device="meta")) == "cross-device or meta copy"
+    q = torch.quantize_per_tensor(torch.zeros(2, 3), 0.1, 0, torch.qint8)
+    assert reason(q, q) == "quantized tensor"
+    assert reason(x, torch.eye(3).to_sparse()) == "non-strided layout"
 
 
 @pytest.mark.copy_

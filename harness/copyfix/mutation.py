@@ -392,7 +392,8 @@ def collect(mode: str) -> dict:
 
     cfg = load_config()
     root, _, session = _session_paths(mode)
-    meta = json.loads((root / "run.json").read_text())
+    meta_path = root / "run.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"runs": []}
     lines = (REPO / cfg["target"]).read_text().splitlines()
     equivalents = load_equivalents()
     counts = {
