@@ -253,19 +253,29 @@ def skip_excluded(session: Path, cfg: dict) -> None:
 
 
 def reset_survivors(session: Path) -> int:
+    """Make the survivors pending again, and only them: what else is pending is
+    parked as 'deferred' until undefer() (a later --resume runs it)."""
     con = sqlite3.connect(session)
     with con:
-        ids = [
-            r[0]
-            for r in con.execute(
-                "SELECT job_id FROM work_results WHERE test_outcome IN ('SURVIVED', 'survived')"
-            )
-        ]
+        survived = "SELECT job_id FROM work_results WHERE test_outcome = 'SURVIVED'"
+        ids = [r[0] for r in con.execute(survived)]
+        con.execute(
+            "INSERT INTO work_results (job_id, worker_outcome, output) SELECT job_id,"
+            " 'SKIPPED', 'deferred' FROM work_items WHERE job_id NOT IN"
+            " (SELECT job_id FROM work_results)"
+        )
         con.executemany(
             "DELETE FROM work_results WHERE job_id = ?", [(i,) for i in ids]
         )
     con.close()
     return len(ids)
+
+
+def undefer(session: Path) -> None:
+    con = sqlite3.connect(session)
+    with con:
+        con.execute("DELETE FROM work_results WHERE output = 'deferred'")
+    con.close()
 
 
 def run(args) -> int:
@@ -355,6 +365,8 @@ def run(args) -> int:
             proc.terminate()
             proc.wait()
     finally:
+        if args.rerun_survivors:
+            undefer(session)
         for proc, log in workers:
             proc.terminate()
             try:
