@@ -516,6 +516,14 @@ def render(data: dict) -> str:
         out.append(
             f"| {r['kind']} | {r['scope']} | {r['jobs']} | {r['wall_s']:.0f} s | {r['finished']} | {r['machine']} |"
         )
+    in_scope = sum(c[k] for k in ("killed", "timeout", "survived", "equivalent"))
+    if c["pending"]:
+        out += [
+            "",
+            f"**Sample:** {in_scope} of the {in_scope + c['pending']} mutants in scope "
+            "have run. cosmic-ray takes pending mutants in random order, so they are a "
+            "uniform random sample; `--resume` runs the rest.",
+        ]
     out += ["", "Excluded (mutants not run):", ""]
     out += [f"- {why}: {n}" for why, n in sorted(data["excluded"].items())]
     out += ["", "## Survivors", ""]
