@@ -417,6 +417,14 @@ def test_coalesce(shape, dst_strides, src_strides, expected):
         ((2, 3), (1, 1), (3, 1), ((3, 2), (1, 1), (1, 3))),
         # a broadcast source dim (stride 0) does not break the destination's tie
         ((4, 2, 3), (1, 1, 4), (0, 1, 2), ((3, 4, 2), (4, 1, 1), (2, 0, 1))),
+        (
+            (4, 2, 2, 3),
+            (2, 2, 1, 2),
+            (1, 3, 3, 0),
+            ((2, 3, 4, 2), (2, 2, 2, 1), (3, 0, 1, 3)),
+        ),
+        # a tie that only a later dim resolves: the sort keeps scanning past it
+        ((4, 2, 4), (4, 4, 4), (2, 4, 1), ((4, 4, 2), (4, 4, 4), (2, 1, 4))),
     ],
 )
 def test_coalesce_ties_follow_tensoriterator(shape, dst_strides, src_strides, expected):
@@ -573,14 +581,15 @@ def test_copy_alias_interleaved():
 
 
 @pytest.mark.copy_
-def test_copy_alias_disjoint_strided_halves_need_no_snapshot():
-    # x[2:, ::2] <- x[:2, ::2]: one buffer, non-dense views, disjoint bytes: one launch
+@pytest.mark.parametrize("step", [1, 2], ids=["dense", "strided"])
+def test_copy_alias_disjoint_halves_need_no_snapshot(step):
+    # x[2:, ::step] <- x[:2, ::step]: one buffer, disjoint bytes: no error, one launch
     cpu = torch.randn(4, 6)
     x = cpu.to(DEVICE, copy=True)
     with track_paths() as paths:
-        gems_copy_(x[2:, ::2], x[:2, ::2])
+        gems_copy_(x[2:, ::step], x[:2, ::step])
     ref = cpu.clone()
-    ref[2:, ::2].copy_(ref[:2, ::2])
+    ref[2:, ::step].copy_(ref[:2, ::step])
     assert paths.fallbacks == 0 and paths.ranks == [1]  # no snapshot launch
     assert_bit_exact(x, ref, "disjoint halves")
 
@@ -601,12 +610,18 @@ def test_copy_alias_one_shared_element_is_read_first(dst_start, src_start):
 
 
 @pytest.mark.copy_
-def test_copy_alias_empty_source_reports_the_broadcast_error():
-    # torch checks overlap only for non-empty tensors: the size mismatch is the error
-    expected = torch_error(lambda: (lambda x: x[:3].copy_(x[1:1]))(torch.zeros(6)))
+@pytest.mark.parametrize(
+    "views",
+    [lambda x: (x[:3], x[1:1]), lambda x: (x, x[:3])],
+    ids=["empty_source", "source_is_a_prefix"],
+)
+def test_copy_alias_size_mismatch_reports_the_broadcast_error(views):
+    # torch checks overlap only for non-empty tensors, and a view of the same start
+    # and strides is a no-op only at the same shape: the size mismatch is the error
+    expected = torch_error(lambda: (lambda d, s: d.copy_(s))(*views(torch.zeros(6))))
     x = torch.full((6,), 7.0, device=DEVICE)
     with pytest.raises(expected[0]) as err:
-        gems_copy_(x[:3], x[1:1])
+        gems_copy_(*views(x))
     assert str(err.value) == expected[1]
     assert bool((x.cpu() == 7.0).all())
 

@@ -363,7 +363,11 @@ def run(args) -> int:
         except subprocess.TimeoutExpired:
             print(f"budget of {args.budget_min} min spent: stopping (--resume goes on)")
             proc.terminate()
-            proc.wait()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
     finally:
         if args.rerun_survivors:
             undefer(session)
