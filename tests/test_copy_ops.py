@@ -582,14 +582,20 @@ def test_copy_alias_interleaved():
 
 @pytest.mark.copy_
 @pytest.mark.parametrize("step", [1, 2], ids=["dense", "strided"])
-def test_copy_alias_disjoint_halves_need_no_snapshot(step):
-    # x[2:, ::step] <- x[:2, ::step]: one buffer, disjoint bytes: no error, one launch
+@pytest.mark.parametrize("dst_rows, src_rows", [(2, 0), (0, 2)], ids=["up", "down"])
+def test_copy_alias_disjoint_halves_need_no_snapshot(step, dst_rows, src_rows):
+    # x[2:4, ::step] <- x[0:2, ::step] and back: one buffer, disjoint bytes: no
+    # error, one launch
     cpu = torch.randn(4, 6)
     x = cpu.to(DEVICE, copy=True)
+
+    def views(t):
+        return t[dst_rows : dst_rows + 2, ::step], t[src_rows : src_rows + 2, ::step]
+
     with track_paths() as paths:
-        gems_copy_(x[2:, ::step], x[:2, ::step])
+        gems_copy_(*views(x))
     ref = cpu.clone()
-    ref[2:, ::step].copy_(ref[:2, ::step])
+    (lambda d, s: d.copy_(s))(*views(ref))
     assert paths.fallbacks == 0 and paths.ranks == [1]  # no snapshot launch
     assert_bit_exact(x, ref, "disjoint halves")
 
