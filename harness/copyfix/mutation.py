@@ -483,11 +483,16 @@ def collect(mode: str) -> dict:
         "excluded": excluded,
         "baseline_s": meta.get("baseline_s"),
         "runs": meta["runs"],
-        "survivors": sorted(survivors, key=lambda e: e["location"]),
-        "equivalent": sorted(equivalent, key=lambda e: e["location"]),
+        "survivors": sorted(survivors, key=_line_of),
+        "equivalent": sorted(equivalent, key=_line_of),
         "equivalent_list_entries_not_seen": stale,
         "errors": errors,
     }
+
+
+def _line_of(entry) -> tuple:
+    _, line, col = entry["location"].rsplit(":", 2)
+    return int(line), int(col), entry["operator"]
 
 
 def _cr_version() -> str:
@@ -535,7 +540,7 @@ def render(data: dict) -> str:
         out.append("None.")
     for s in data["survivors"]:
         out += [
-            f"- `{s['id']}` {s['location']} in `{s['function']}` ({s['operator']}): "
+            f"- `{s['id']}` {s['location']} in `{s['function'] or '<module>'}` ({s['operator']}): "
             f"`{s['line']}` → `{s['mutated']}`"
         ]
     out += ["", "## Equivalent mutants (reviewed: mutation/equivalent.toml)", ""]
@@ -543,7 +548,7 @@ def render(data: dict) -> str:
         out.append("None.")
     for e in data["equivalent"]:
         out += [
-            f"- `{e['id']}` {e['location']} in `{e['function']}` ({e['operator']}): "
+            f"- `{e['id']}` {e['location']} in `{e['function'] or '<module>'}` ({e['operator']}): "
             f"`{e['line']}` → `{e['mutated']}`. {e['reason']}"
         ]
     if data["equivalent_list_entries_not_seen"]:
