@@ -527,6 +527,7 @@ def test_plan_int32_bounds():
         ((0, 3), (4,)),
         ((4, 3), (2, 3)),  # a half batch into a full buffer
         ((3,), (4, 3)),  # a batch into one row
+        ((0, 3), (4, 3)),  # a batch into an empty buffer
     ],
 )
 def test_copy_illegal_broadcast(dst_shape, src_shape):
@@ -550,7 +551,15 @@ def _overlap_cases():
     def shifted(x):
         return x[1:], x[:-1]
 
-    return {"internal": internal, "transpose": transpose, "shifted": shifted}
+    def element_inside(x):  # a one-element source inside the written row
+        return x[0, :3], x[0, 1]
+
+    return {
+        "internal": internal,
+        "transpose": transpose,
+        "shifted": shifted,
+        "element_inside": element_inside,
+    }
 
 
 @pytest.mark.copy_
@@ -582,11 +591,15 @@ def test_copy_alias_interleaved():
 
 @pytest.mark.copy_
 @pytest.mark.parametrize("step", [1, 2], ids=["dense", "strided"])
-@pytest.mark.parametrize("dst_rows, src_rows", [(2, 0), (0, 2)], ids=["up", "down"])
+@pytest.mark.parametrize(
+    "dst_rows, src_rows",
+    [(2, 0), (0, 2), (3, 0), (0, 3)],
+    ids=["up", "down", "up_with_gap", "down_with_gap"],
+)
 def test_copy_alias_disjoint_halves_need_no_snapshot(step, dst_rows, src_rows):
-    # x[2:4, ::step] <- x[0:2, ::step] and back: one buffer, disjoint bytes: no
-    # error, one launch
-    cpu = torch.randn(4, 6)
+    # x[2:4, ::step] <- x[0:2, ::step] and back, touching or not: one buffer,
+    # disjoint bytes: no error, one launch
+    cpu = torch.randn(5, 6)
     x = cpu.to(DEVICE, copy=True)
 
     def views(t):
@@ -807,6 +820,7 @@ def test_copy_fallback_reasons_name_the_cause():
     assert reason(x, torch.zeros(2, 3, device="meta")) == "cross-device or meta copy"
     q = torch.quantize_per_tensor(torch.zeros(2, 3), 0.1, 0, torch.qint8)
     assert reason(q, q) == "quantized tensor"
+    assert reason(q, torch.zeros(2, 3)) == "quantized tensor"  # quantizing copy
     assert reason(x, torch.eye(3).to_sparse()) == "non-strided layout"
 
 

@@ -252,13 +252,12 @@ def skip_excluded(session: Path, cfg: dict) -> None:
                     break
 
 
-def reset_survivors(session: Path) -> int:
-    """Make the survivors pending again, and only them: what else is pending is
-    parked as 'deferred' until undefer() (a later --resume runs it)."""
+def reset_survivors(session: Path, mode: str) -> int:
+    """Make the survivors pending again (not those listed as equivalent), and only
+    them: what else is pending is parked as 'deferred' until undefer()."""
+    ids = [s["job_id"] for s in collect(mode)["survivors"]]
     con = sqlite3.connect(session)
     with con:
-        survived = "SELECT job_id FROM work_results WHERE test_outcome = 'SURVIVED'"
-        ids = [r[0] for r in con.execute(survived)]
         con.execute(
             "INSERT INTO work_results (job_id, worker_outcome, output) SELECT job_id,"
             " 'SKIPPED', 'deferred' FROM work_items WHERE job_id NOT IN"
@@ -292,7 +291,10 @@ def run(args) -> int:
         if not session.exists():
             raise SystemExit(f"no session at {session}: run without --resume first")
         if args.rerun_survivors:
-            print(f"re-running {reset_survivors(session)} survivors", flush=True)
+            print(
+                f"re-running {reset_survivors(session, args.mode)} survivors",
+                flush=True,
+            )
         meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"runs": []}
     else:
         session.unlink(missing_ok=True)
@@ -441,6 +443,7 @@ def collect(mode: str) -> dict:
         line, col = m.start_pos
         original = lines[line - 1] if line <= len(lines) else ""
         entry = {
+            "job_id": item.job_id,
             "function": m.definition_name,
             "operator": m.operator_name,
             "occurrence": m.occurrence,
