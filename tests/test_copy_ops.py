@@ -488,6 +488,28 @@ def test_copy_same_rank_broadcast_functional():
 
 
 @pytest.mark.copy_
+def test_copy_into_size1_dim_with_zero_stride():
+    # buf.expand(1, C): a size-1 dim may have stride 0 and still be written
+    # (torch reports internal overlap only for a broadcast dim of size > 1)
+    src = torch.randn(1, 16)
+    dst = torch.zeros(16, device=DEVICE)
+    with track_paths() as paths:
+        gems_copy_(dst.expand(1, 16), src.to(DEVICE))
+    assert paths.fallbacks == 0 and paths.ranks == [1]
+    assert_bit_exact(dst, src[0], "expand(1, C) destination")
+
+
+@pytest.mark.copy
+def test_copy_functional_keyword_arguments():
+    # copy(template, src=..., non_blocking=...): torch's argument names work
+    src = torch.randn(3, 5)
+    template = torch.empty(5, 3, device=DEVICE).t()
+    out = copy_module().copy(template, src=src.to(DEVICE), non_blocking=False)
+    assert out.stride() == template.stride()
+    assert_bit_exact(out, src, "keywords")
+
+
+@pytest.mark.copy_
 def test_plan_int32_bounds():
     # One launch while every element offset fits int32 (<= 2**31 - 1) and the 12
     # CTAs' power-of-two tiles do too (numel <= 12 * 2**27); one past either bound
