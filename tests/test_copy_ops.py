@@ -489,14 +489,17 @@ def test_copy_same_rank_broadcast_functional():
 
 @pytest.mark.copy_
 def test_copy_into_size1_dim_with_zero_stride():
-    # buf.expand(1, C): a size-1 dim may have stride 0 and still be written
-    # (torch reports internal overlap only for a broadcast dim of size > 1)
+    # one row of an expanded buffer, buf.expand(4, C)[1:2], has shape (1, C) and
+    # strides (0, 1): torch reports internal overlap only for a broadcast dim of
+    # size > 1, so it is written like any row
     src = torch.randn(1, 16)
     dst = torch.zeros(16, device=DEVICE)
+    view = dst.expand(4, 16)[1:2]
+    assert view.stride() == (0, 1)
     with track_paths() as paths:
-        gems_copy_(dst.expand(1, 16), src.to(DEVICE))
+        gems_copy_(view, src.to(DEVICE))
     assert paths.fallbacks == 0 and paths.ranks == [1]
-    assert_bit_exact(dst, src[0], "expand(1, C) destination")
+    assert_bit_exact(dst, src[0], "a row of an expanded destination")
 
 
 @pytest.mark.copy
