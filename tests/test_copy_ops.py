@@ -654,6 +654,19 @@ def test_copy_alias_one_shared_element_is_read_first(dst_start, src_start):
 
 
 @pytest.mark.copy_
+def test_copy_alias_touching_strided_views_need_no_snapshot():
+    # x[0:5:2] <- x[5:10:2]: src starts right after dst's last element: no overlap
+    cpu = torch.randn(10)
+    x = cpu.to(DEVICE, copy=True)
+    with track_paths() as paths:
+        gems_copy_(x[0:5:2], x[5:10:2])
+    ref = cpu.clone()
+    ref[0:5:2] = cpu[5:10:2]
+    assert paths.fallbacks == 0 and paths.ranks == [1]  # no snapshot launch
+    assert_bit_exact(x, ref, "touching strided views")
+
+
+@pytest.mark.copy_
 @pytest.mark.parametrize(
     "views",
     [lambda x: (x[:3], x[1:1]), lambda x: (x, x[:3])],

@@ -412,7 +412,9 @@ def collect(mode: str) -> dict:
     root, _, session = _session_paths(mode)
     meta_path = root / "run.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"runs": []}
-    lines = (REPO / cfg["target"]).read_text().splitlines()
+    source = (REPO / cfg["target"]).read_text()
+    lines = source.splitlines()
+    decorated = _decorator_lines(source)
     equivalents = load_equivalents()
     counts = {
         k: 0
@@ -444,7 +446,8 @@ def collect(mode: str) -> dict:
         original = lines[line - 1] if line <= len(lines) else ""
         entry = {
             "job_id": item.job_id,
-            "function": m.definition_name,
+            # cosmic-ray names no function for a decorator line: name the decorated one
+            "function": m.definition_name or decorated.get(m.start_pos[0]),
             "operator": m.operator_name,
             "occurrence": m.occurrence,
             "location": f"{cfg['target']}:{line}:{col}",
@@ -459,7 +462,7 @@ def collect(mode: str) -> dict:
             continue
         mutated = mutated_line(result.diff or "")
         entry.update(
-            id=mutant_id(m.definition_name, m.operator_name, original, mutated),
+            id=mutant_id(entry["function"], m.operator_name, original, mutated),
             mutated=mutated,
         )
         entry["diff"] = result.diff
@@ -491,6 +494,17 @@ def collect(mode: str) -> dict:
         "equivalent_list_entries_not_seen": stale,
         "errors": errors,
     }
+
+
+def _decorator_lines(source: str) -> dict:
+    """{line of a decorator: name of the function it decorates}."""
+    found = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for d in node.decorator_list:
+                for line in range(d.lineno, d.end_lineno + 1):
+                    found[line] = node.name
+    return found
 
 
 def _line_of(entry) -> tuple:
