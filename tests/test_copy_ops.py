@@ -579,11 +579,19 @@ def _overlap_cases():
     def element_inside(x):  # a one-element source inside the written row
         return x[0, :3], x[0, 1]
 
+    def transpose_back(x):
+        return x.t(), x
+
+    def shifted_back(x):
+        return x[:-1], x[1:]
+
     return {
         "internal": internal,
         "transpose": transpose,
         "shifted": shifted,
         "element_inside": element_inside,
+        "transpose_back": transpose_back,
+        "shifted_back": shifted_back,
     }
 
 
@@ -654,14 +662,16 @@ def test_copy_alias_one_shared_element_is_read_first(dst_start, src_start):
 
 
 @pytest.mark.copy_
-def test_copy_alias_touching_strided_views_need_no_snapshot():
-    # x[0:5:2] <- x[5:10:2]: src starts right after dst's last element: no overlap
+@pytest.mark.parametrize("dst_start, src_start", [(0, 5), (5, 0)])
+def test_copy_alias_touching_strided_views_need_no_snapshot(dst_start, src_start):
+    # x[0:5:2] <- x[5:10:2] and back: one view starts right after the other's last
+    # element: no overlap
     cpu = torch.randn(10)
     x = cpu.to(DEVICE, copy=True)
     with track_paths() as paths:
-        gems_copy_(x[0:5:2], x[5:10:2])
+        gems_copy_(x[dst_start : dst_start + 5 : 2], x[src_start : src_start + 5 : 2])
     ref = cpu.clone()
-    ref[0:5:2] = cpu[5:10:2]
+    ref[dst_start : dst_start + 5 : 2] = cpu[src_start : src_start + 5 : 2]
     assert paths.fallbacks == 0 and paths.ranks == [1]  # no snapshot launch
     assert_bit_exact(x, ref, "touching strided views")
 
@@ -669,8 +679,8 @@ def test_copy_alias_touching_strided_views_need_no_snapshot():
 @pytest.mark.copy_
 @pytest.mark.parametrize(
     "views",
-    [lambda x: (x[:3], x[1:1]), lambda x: (x, x[:3])],
-    ids=["empty_source", "source_is_a_prefix"],
+    [lambda x: (x[:3], x[1:1]), lambda x: (x, x[:3]), lambda x: (x[:3], x)],
+    ids=["empty_source", "source_is_a_prefix", "destination_is_a_prefix"],
 )
 def test_copy_alias_size_mismatch_reports_the_broadcast_error(views):
     # torch checks overlap only for non-empty tensors, and a view of the same start
