@@ -524,6 +524,134 @@ def test_coalesce(shape, dst_strides, src_strides, expected):
     assert copy_module()._coalesce(shape, dst_strides, src_strides) == expected
 
 
+@pytest.mark.copy_
+@pytest.mark.parametrize(
+    "shape, dst_strides, src_strides, expected",
+    [
+        # equal destination strides (an as_strided window view): the smaller dim
+        # goes inner, as TensorIterator orders it
+        ((2, 3), (1, 1), (3, 1), ((3, 2), (1, 1), (1, 3))),
+        # a broadcast source dim (stride 0) does not break the destination's tie
+        ((4, 2, 3), (1, 1, 4), (0, 1, 2), ((3, 4, 2), (4, 1, 1), (2, 0, 1))),
+        (
+            (4, 2, 2, 3),
+            (2, 2, 1, 2),
+            (1, 3, 3, 0),
+            ((2, 3, 4, 2), (2, 2, 2, 1), (3, 0, 1, 3)),
+        ),
+        # a tie that only a later dim resolves: the sort keeps scanning past it
+        ((4, 2, 4), (4, 4, 4), (2, 4, 1), ((4, 4, 2), (4, 4, 4), (2, 1, 4))),
+    ],
+)
+def test_coalesce_ties_follow_tensoriterator(shape, dst_strides, src_strides, expected):
+    assert copy_module()._coalesce(shape, dst_strides, src_strides) == expected
+
+
+# ---------------------------------------------------------------------------
+# same-rank broadcasts: a size-1 source dim with a real (nonzero) stride
+# ---------------------------------------------------------------------------
+
+# name: (src base shape, src view, dst base shape, dst view, rank after coalescing)
+SAME_RANK_BROADCASTS = {
+    # a (1, C) bias row into (N, C): the most common broadcast there is
+    "row_1xC": ((1, 33), _same, (8, 33), _same, 2),
+    "first_row": ((5, 33), lambda s: s[:1], (8, 33), _same, 2),
+    "row_into_transposed": ((1, 33), _same, (33, 8), lambda d: d.t(), 2),
+    "row_into_step_slice": ((5, 33), lambda s: s[3:4], (8, 66), lambda d: d[:, ::2], 2),
+    # a middle dim: (B, 1, S) sliced out of a bigger tensor, into (B, H, S)
+    "middle_dim": ((3, 4, 10), lambda s: s[:, 1:2, ::2], (3, 6, 5), _same, 3),
+    "outer_and_inner": ((1, 7, 1), _same, (4, 7, 3), _same, 3),
+    "one_element_1x1": ((5, 6), lambda s: s[2:3, 4:5], (3, 4), _same, 1),
+    "0d_view": ((6,), lambda s: s[4], (5, 7), _same, 1),
+    "0d_into_0d": ((6,), lambda s: s[4], (3,), lambda d: d[2], 1),
+}
+SAME_RANK_PAIRS = [
+    (torch.float32, torch.float32),
+    (torch.float32, torch.bfloat16),
+    (torch.int64, torch.float16),
+    (torch.bfloat16, torch.float32),
+    (torch.int32, torch.bool),
+]
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("pair", SAME_RANK_PAIRS, ids=_pair_id)
+@pytest.mark.parametrize("layout", list(SAME_RANK_BROADCASTS))
+def test_copy_same_rank_broadcast(layout, pair):
+    src_shape, src_view, dst_shape, dst_view, rank = SAME_RANK_BROADCASTS[layout]
+    gen = torch.Generator().manual_seed(11)
+    src_base = make_values(src_shape, pair[0], pair[1], gen)
+    dst_base = make_values(dst_shape, pair[1], pair[1], gen)
+    dev_dst_base = dst_base.to(DEVICE, copy=True)
+    src = src_view(src_base.to(DEVICE, copy=True))
+    assert src.dim() in (0, dst_view(dst_base).dim())
+    with track_paths() as paths:
+        gems_copy_(dst_view(dev_dst_base), src)
+    name = f"{layout}-{_pair_id(pair)}"
+    assert paths.fallbacks == 0 and paths.ranks == [rank], f"{name}: {paths.ranks}"
+    ref = dst_base.clone()
+    dst_view(ref).copy_(src_view(src_base))
+    assert_bit_exact(dev_dst_base, ref, name, pair[0] == pair[1])
+
+
+@pytest.mark.copy_
+def test_copy_same_rank_broadcast_functional():
+    # copy(template, x[:1]): the functional form broadcasts the same way
+    src = torch.randn(4, 16)
+    template = torch.empty(6, 16, device=DEVICE)
+    out = copy_module().copy(template, src.to(DEVICE)[:1])
+    assert_bit_exact(out, src[:1].expand(6, 16).contiguous(), "copy(template, x[:1])")
+
+
+@pytest.mark.copy_
+def test_copy_into_size1_dim_with_zero_stride():
+    # one row of an expanded buffer, buf.expand(4, C)[1:2], has shape (1, C) and
+    # strides (0, 1): torch reports internal overlap only for a broadcast dim of
+    # size > 1, so it is written like any row
+    src = torch.randn(1, 16)
+    dst = torch.zeros(16, device=DEVICE)
+    view = dst.expand(4, 16)[1:2]
+    assert view.stride() == (0, 1)
+    with track_paths() as paths:
+        gems_copy_(view, src.to(DEVICE))
+    assert paths.fallbacks == 0 and paths.ranks == [1]
+    assert_bit_exact(dst, src[0], "a row of an expanded destination")
+
+
+@pytest.mark.copy
+def test_copy_functional_keyword_arguments():
+    # copy(template, src=..., non_blocking=...): torch's argument names work
+    src = torch.randn(3, 5)
+    template = torch.empty(5, 3, device=DEVICE).t()
+    out = copy_module().copy(template, src=src.to(DEVICE), non_blocking=False)
+    assert out.stride() == template.stride()
+    assert_bit_exact(out, src, "keywords")
+
+
+@pytest.mark.copy_
+def test_plan_int32_bounds():
+    # One launch while every element offset fits int32 (<= 2**31 - 1) and the 12
+    # CTAs' power-of-two tiles do too (numel <= 12 * 2**27); one past either bound
+    # must split. Plans are computed from sizes and strides, nothing is allocated.
+    plan = copy_module()._plan
+    big = 12 * 2**27
+    assert plan((big,), (1,), (1,))[3:] == (big, True)
+    assert plan((big + 1,), (1,), (1,))[3:] == (big + 1, False)
+    last = 2**31 - 1  # the largest offset int32 can index
+    assert plan((2, 3), (last, 1), (3, 1))[4] is False  # dst offset last + 2
+    assert plan((2, 3), (last - 2, 1), (3, 1))[4] is True  # dst offset exactly last
+    assert plan((2, 3), (3, 1), (last - 2, 1))[4] is True
+    assert plan((2, 3), (3, 1), (last - 1, 1))[4] is False  # src offset last + 1
+    # a broadcast source (stride 0) adds no offset, however large the dst dim
+    assert plan((3, 2**20), (2**20, 1), (0, 1)) == (
+        (3, 2**20),
+        (2**20, 1),
+        (0, 1),
+        3 * 2**20,
+        True,
+    )
+
+
 # ---------------------------------------------------------------------------
 # gap checks: torch's semantics, errors, and what goes to the fallback
 # ---------------------------------------------------------------------------
@@ -538,6 +666,9 @@ def test_coalesce(shape, dst_strides, src_strides, expected):
         ((3,), (2, 3)),
         ((1, 3), (2, 3)),
         ((0, 3), (4,)),
+        ((4, 3), (2, 3)),  # a half batch into a full buffer
+        ((3,), (4, 3)),  # a batch into one row
+        ((0, 3), (4, 3)),  # a batch into an empty buffer
     ],
 )
 def test_copy_illegal_broadcast(dst_shape, src_shape):
@@ -561,7 +692,23 @@ def _overlap_cases():
     def shifted(x):
         return x[1:], x[:-1]
 
-    return {"internal": internal, "transpose": transpose, "shifted": shifted}
+    def element_inside(x):  # a one-element source inside the written row
+        return x[0, :3], x[0, 1]
+
+    def transpose_back(x):
+        return x.t(), x
+
+    def shifted_back(x):
+        return x[:-1], x[1:]
+
+    return {
+        "internal": internal,
+        "transpose": transpose,
+        "shifted": shifted,
+        "element_inside": element_inside,
+        "transpose_back": transpose_back,
+        "shifted_back": shifted_back,
+    }
 
 
 @pytest.mark.copy_
@@ -589,6 +736,77 @@ def test_copy_alias_interleaved():
     ref[:, ::2].copy_(ref[:, 1::2])
     assert paths.fallbacks == 0 and len(paths.ranks) >= 1
     assert_bit_exact(x, ref, "interleaved alias")
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("step", [1, 2], ids=["dense", "strided"])
+@pytest.mark.parametrize(
+    "dst_rows, src_rows",
+    [(2, 0), (0, 2), (3, 0), (0, 3)],
+    ids=["up", "down", "up_with_gap", "down_with_gap"],
+)
+def test_copy_alias_disjoint_halves_need_no_snapshot(step, dst_rows, src_rows):
+    # x[2:4, ::step] <- x[0:2, ::step] and back, touching or not: one buffer,
+    # disjoint bytes: no error, one launch
+    cpu = torch.randn(5, 6)
+    x = cpu.to(DEVICE, copy=True)
+
+    def views(t):
+        return t[dst_rows : dst_rows + 2, ::step], t[src_rows : src_rows + 2, ::step]
+
+    with track_paths() as paths:
+        gems_copy_(*views(x))
+    ref = cpu.clone()
+    (lambda d, s: d.copy_(s))(*views(ref))
+    assert paths.fallbacks == 0 and paths.ranks == [1]  # no snapshot launch
+    assert_bit_exact(x, ref, "disjoint halves")
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("dst_start, src_start", [(4, 0), (0, 4)])
+def test_copy_alias_one_shared_element_is_read_first(dst_start, src_start):
+    # x[4:9:2] <- x[0:5:2] shares only element 4 (src's last, dst's first): still
+    # an overlap, so src is read whole before anything is written
+    cpu = torch.randn(9)
+    x = cpu.to(DEVICE, copy=True)
+    with track_paths() as paths:
+        gems_copy_(x[dst_start : dst_start + 5 : 2], x[src_start : src_start + 5 : 2])
+    ref = cpu.clone()
+    ref[dst_start : dst_start + 5 : 2] = cpu[src_start : src_start + 5 : 2].clone()
+    assert paths.fallbacks == 0 and paths.ranks == [1, 1]  # snapshot, then copy
+    assert_bit_exact(x, ref, "one shared element")
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("dst_start, src_start", [(0, 5), (5, 0)])
+def test_copy_alias_touching_strided_views_need_no_snapshot(dst_start, src_start):
+    # x[0:5:2] <- x[5:10:2] and back: one view starts right after the other's last
+    # element: no overlap
+    cpu = torch.randn(10)
+    x = cpu.to(DEVICE, copy=True)
+    with track_paths() as paths:
+        gems_copy_(x[dst_start : dst_start + 5 : 2], x[src_start : src_start + 5 : 2])
+    ref = cpu.clone()
+    ref[dst_start : dst_start + 5 : 2] = cpu[src_start : src_start + 5 : 2]
+    assert paths.fallbacks == 0 and paths.ranks == [1]  # no snapshot launch
+    assert_bit_exact(x, ref, "touching strided views")
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize(
+    "views",
+    [lambda x: (x[:3], x[1:1]), lambda x: (x, x[:3]), lambda x: (x[:3], x)],
+    ids=["empty_source", "source_is_a_prefix", "destination_is_a_prefix"],
+)
+def test_copy_alias_size_mismatch_reports_the_broadcast_error(views):
+    # torch checks overlap only for non-empty tensors, and a view of the same start
+    # and strides is a no-op only at the same shape: the size mismatch is the error
+    expected = torch_error(lambda: (lambda d, s: d.copy_(s))(*views(torch.zeros(6))))
+    x = torch.full((6,), 7.0, device=DEVICE)
+    with pytest.raises(expected[0]) as err:
+        gems_copy_(*views(x))
+    assert str(err.value) == expected[1]
+    assert bool((x.cpu() == 7.0).all())
 
 
 @pytest.mark.copy_
@@ -681,6 +899,30 @@ def test_copy_python_scalar(value, dtype):
     assert_bit_exact(dst.t(), ref, f"scalar {value!r}")
 
 
+# Python numbers that float32 cannot hold: torch wraps a float as float64 and an
+# int as int64, so a count like 2**24 + 1 or a tiny flag like 1e-50 survives.
+SCALAR_ROUNDING_CASES = [
+    (2.0**24 + 1, torch.int32),
+    (-(2.0**40) - 1, torch.int64),
+    (1e-50, torch.bool),
+    (1e-40, torch.float32),
+    (2**53 + 1, torch.int64),
+    (-(2**62) - 1, torch.int64),
+]
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("value, dtype", SCALAR_ROUNDING_CASES, ids=lambda x: str(x))
+def test_copy_python_scalar_rounds_once(value, dtype):
+    ref = torch.zeros(3, 4, dtype=dtype)
+    ref.copy_(value)
+    dst = torch.zeros(4, 6, dtype=dtype, device=DEVICE)[:, ::2].t()
+    with track_paths() as paths:
+        copy_module().copy_(dst, value)
+    assert paths.fallbacks == 0 and len(paths.ranks) == 1
+    assert_bit_exact(dst, ref, f"scalar {value!r} -> {dtype}")
+
+
 @pytest.mark.copy_
 def test_copy_python_scalar_rejects_other_types():
     with pytest.raises(TypeError):
@@ -722,6 +964,28 @@ def test_copy_fallback_dtypes():
             (1, 0) if expect_fallback else (0, 1)
         )
         assert_bit_exact(dst, src.to(dst_dtype), f"{src_dtype}->{dst_dtype}")
+
+
+@pytest.mark.copy_
+def test_copy_fallback_reasons_name_the_cause():
+    # the debug line of every fallback says why, so a slow path can be traced
+    reason = copy_module()._fallback_reason
+    x = torch.zeros(2, 3, device=DEVICE)
+    assert reason(x, torch.zeros(2, 3, device=DEVICE)) is None
+    if not flag_gems.runtime.device.support_fp64:
+        f64 = torch.zeros(2, 3, dtype=torch.float64, device=DEVICE)
+        assert (
+            reason(x, f64)
+            == "dtype torch.float64->torch.float32 not supported by Triton here"
+        )
+    c64 = torch.zeros(2, 3, dtype=torch.complex64, device=DEVICE)
+    assert reason(x, c64).startswith("complex dtype")
+    assert reason(x, torch._neg_view(x)) == "lazy negation bit"
+    assert reason(x, torch.zeros(2, 3, device="meta")) == "cross-device or meta copy"
+    q = torch.quantize_per_tensor(torch.zeros(2, 3), 0.1, 0, torch.qint8)
+    assert reason(q, q) == "quantized tensor"
+    assert reason(q, torch.zeros(2, 3)) == "quantized tensor"  # quantizing copy
+    assert reason(x, torch.eye(3).to_sparse()) == "non-strided layout"
 
 
 @pytest.mark.copy_
@@ -949,23 +1213,27 @@ else:
                 )
             )
         dropped = draw(st.integers(0, rank)) if allow_broadcast else 0
+        # same-rank broadcast: a broadcast dim stays a size-1 slice with its real
+        # stride, as in x[:1] or a (1, C) row, instead of being expanded
+        implicit = allow_broadcast and draw(st.booleans())
         perm = draw(st.permutations(range(rank - dropped)))
         kept = dims[dropped:]
         kept_shape = shape[dropped:]
         base_shape = [
-            1 if b else n * step + start
+            1 + start if b else n * step + start
             for n, (b, step, start) in zip(kept_shape, kept)
         ]
 
         def view(base):
             t = base.permute(sorted(range(len(perm)), key=lambda i: perm[i]))
             index = tuple(
-                slice(0, 1) if b else slice(start, start + n * step, step)
+                slice(start, start + 1) if b else slice(start, start + n * step, step)
                 for n, (b, step, start) in zip(kept_shape, kept)
             )
-            return t[index].expand(kept_shape)
+            return t[index] if implicit else t[index].expand(kept_shape)
 
         spec = f"base{tuple(base_shape[p] for p in perm)}.permute(inv{tuple(perm)})[{kept}] over {shape}"
+        spec += " (broadcast by copy_)" if implicit else ""
         return [base_shape[p] for p in perm], view, spec
 
     @st.composite

@@ -1,0 +1,669 @@
+"""Mutation testing of the PR op file with cosmic-ray (`make mutate`).
+
+Harness file (not part of the upstream PR). `python -m copyfix.mutation run`:
+
+1. reads mutation/config.toml (target, tests and their order, exclusions, operator
+   scope) and writes a cosmic-ray config and session under build/mutation/<mode>/;
+2. `cosmic-ray init` lists every mutant; the names in [copyfix.exclude] and the
+   scope's operator filter mark theirs skipped (recorded, not run);
+3. lays out one worker folder per job: its own copy of the overlay files and of
+   build/composed with the overlay symlinks pointing at that copy, so cosmic-ray's
+   in-place mutation is what that worker's pytest imports, and nothing else's;
+4. runs the unmutated baseline in every worker (it must pass), then `cosmic-ray exec`
+   through the http distributor, one `cosmic-ray http-worker` (localhost) per folder;
+5. writes results/mutation_<mode>.json and docs/MUTATION.md (`report` redoes only
+   this step): score, every survivor with location and diff, and the mutants listed
+   in mutation/equivalent.toml, matched by a content id (function, operator,
+   original line, mutated line) that survives line moves.
+
+`--rerun-survivors` re-executes only the survivors of the existing session (after
+tests were added: added tests cannot revive a killed mutant).
+"""
+
+import argparse
+import ast
+import hashlib
+import json
+import os
+import platform
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import tomllib
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = REPO / "mutation" / "config.toml"
+EQUIVALENT = REPO / "mutation" / "equivalent.toml"
+BIN = Path(sys.executable).parent
+DOC = REPO / "docs" / "MUTATION.md"
+
+
+def load_config() -> dict:
+    return tomllib.loads(CONFIG.read_text())["copyfix"]
+
+
+# ---------------------------------------------------------------------------
+# exclusions and mutant ids
+# ---------------------------------------------------------------------------
+
+
+def excluded_spans(source: str, names: dict) -> list:
+    """(first line, last line, name) of every def/assignment named in `names`."""
+    spans = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found = [node.name]
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            found = [t.id for t in targets if isinstance(t, ast.Name)]
+            first = node.lineno
+        else:
+            continue
+        spans += [(first, node.end_lineno, n) for n in found if n in names]
+    missing = set(names) - {s[2] for s in spans}
+    if missing:  # a renamed function must not silently come back into scope
+        raise SystemExit(
+            f"mutation/config.toml excludes names not in the target: {sorted(missing)}"
+        )
+    return spans
+
+
+def mutated_line(diff: str) -> str:
+    added = [
+        ln[1:]
+        for ln in diff.splitlines()
+        if ln.startswith("+") and not ln.startswith("+++")
+    ]
+    return "\n".join(a.strip() for a in added)
+
+
+def mutant_id(function, operator, original: str, mutated: str) -> str:
+    text = "\0".join([str(function), operator, original.strip(), mutated])
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def load_equivalents() -> dict:
+    if not EQUIVALENT.exists():
+        return {}
+    entries = tomllib.loads(EQUIVALENT.read_text()).get("mutant", [])
+    return {e["id"]: e for e in entries}
+
+
+# ---------------------------------------------------------------------------
+# workers
+# ---------------------------------------------------------------------------
+
+
+def _overlay_files():
+    return sorted(
+        p.relative_to(REPO)
+        for p in (REPO / "src").rglob("*.py")
+        if "__pycache__" not in p.parts
+    )
+
+
+def make_worker(folder: Path, tests: list) -> None:
+    """A folder with its own overlay copy and a composed tree whose symlinks point at it."""
+    folder = folder.resolve()  # the symlinks must be absolute
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    for rel in _overlay_files():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, folder / rel)
+    composed = REPO / "build" / "composed"
+    if not (composed / "flag_gems").is_dir():
+        raise SystemExit("build/composed is missing: run `make venv` first")
+    shutil.copytree(composed, folder / "build" / "composed", symlinks=True)
+    for link in (folder / "build" / "composed").rglob("*.py"):
+        if link.is_symlink():
+            target = Path(os.readlink(link))
+            rel = target.relative_to(REPO)  # overlay links point into REPO/src
+            link.unlink()
+            link.symlink_to(folder / rel)
+    for rel in ["pyproject.toml", *tests]:
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, folder / rel)
+
+
+def worker_env(folder: Path, cfg: dict, mode: str) -> dict:
+    env = dict(os.environ)
+    # the worker's composed tree comes before the editable install's .pth entries
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(folder / "build" / "composed"), str(REPO / "harness")]
+    )
+    env["COPYFIX_EMULATION"] = mode
+    env["CI"] = "true"  # hypothesis: derandomized, no example database
+    env["GEMS_COPY_FUZZ_EXAMPLES"] = str(cfg["fuzz_examples"])
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = "1"  # one core per worker
+    return env
+
+
+def test_command(cfg: dict) -> str:
+    src = (REPO / cfg["tests"]).read_text()
+    names = [
+        n.name
+        for n in ast.parse(src).body
+        if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")
+    ]
+    names += [  # tests defined under `if hypothesis ...:`
+        n.name
+        for top in ast.parse(src).body
+        if isinstance(top, ast.If)
+        for n in top.orelse + top.body
+        if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")
+    ]
+    names = list(dict.fromkeys(names))
+    unknown = [n for n in cfg["first"] + cfg["last"] if n not in names]
+    if unknown:  # ordering only: a test that is not there is not run
+        print(
+            f"note: mutation/config.toml orders tests {cfg['tests']} lacks: {unknown}",
+            file=sys.stderr,
+        )
+    first = [n for n in cfg["first"] if n in names]
+    last = [n for n in cfg["last"] if n in names]
+    middle = [n for n in names if n not in first and n not in last]
+    order = first + middle + last
+    nodes = " ".join(f"{cfg['tests']}::{n}" for n in order)
+    return f"{BIN / 'python'} -m pytest -x -q -p no:cacheprovider {nodes}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(port: int, proc, seconds=60) -> None:
+    end = time.time() + seconds
+    while time.time() < end:
+        if proc.poll() is not None:
+            raise SystemExit(
+                f"http-worker on port {port} exited with {proc.returncode}"
+            )
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise SystemExit(f"http-worker on port {port} did not start")
+
+
+# ---------------------------------------------------------------------------
+# session
+# ---------------------------------------------------------------------------
+
+
+def _session_paths(mode: str):
+    root = REPO / "build" / "mutation" / mode
+    return root, root / "cosmic-ray.toml", root / "session.sqlite"
+
+
+def write_cr_config(path: Path, cfg: dict, scope: str, urls: list) -> None:
+    ops = cfg["scopes"][scope]["exclude-operators"]
+    lines = [
+        "[cosmic-ray]",
+        f"module-path = {json.dumps(cfg['target'])}",
+        f"timeout = {float(cfg['timeout'])}",
+        "excluded-modules = []",
+        f"test-command = {json.dumps(test_command(cfg))}",
+        "",
+        "[cosmic-ray.distributor]",
+        'name = "http"',
+        "",
+        "[cosmic-ray.distributor.http]",
+        f"worker-urls = {json.dumps(urls)}",
+        "",
+        "[cosmic-ray.filters.operators-filter]",
+        "exclude-operators = [" + ", ".join(f"'{o}'" for o in ops) + "]",
+        "",
+    ]
+    path.write_text("\n".join(lines))
+
+
+def _run(cmd, **kw):
+    print("+", " ".join(str(c) for c in cmd), flush=True)
+    subprocess.run([str(c) for c in cmd], check=True, **kw)
+
+
+def skip_excluded(session: Path, cfg: dict) -> None:
+    """Mark the mutants inside [copyfix.exclude] spans skipped, with the reason."""
+    from cosmic_ray.work_db import use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    source = (REPO / cfg["target"]).read_text()
+    spans = excluded_spans(source, cfg["exclude"])
+    with use_db(str(session)) as db:
+        for item in list(db.pending_work_items):
+            line = item.mutations[0].start_pos[0]
+            for first, last, name in spans:
+                if first <= line <= last:
+                    result = WorkResult(
+                        output=f"excluded: {name}", worker_outcome=WorkerOutcome.SKIPPED
+                    )
+                    db.set_result(item.job_id, result)
+                    break
+
+
+def skip_outside(session: Path, cfg: dict, names: list) -> None:
+    """--only: mark the mutants outside the named defs/assignments skipped (a budgeted
+    run of what changed; the report says which names were in scope)."""
+    from cosmic_ray.work_db import use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    source = (REPO / cfg["target"]).read_text()
+    spans = excluded_spans(source, dict.fromkeys(names, ""))
+    with use_db(str(session)) as db:
+        for item in list(db.pending_work_items):
+            line = item.mutations[0].start_pos[0]
+            if not any(first <= line <= last for first, last, _ in spans):
+                result = WorkResult(
+                    output="excluded: outside --only " + " ".join(names),
+                    worker_outcome=WorkerOutcome.SKIPPED,
+                )
+                db.set_result(item.job_id, result)
+
+
+def reset_survivors(session: Path, mode: str) -> int:
+    """Make the survivors pending again (not those listed as equivalent), and only
+    them: what else is pending is parked as 'deferred' until undefer()."""
+    ids = [s["job_id"] for s in collect(mode)["survivors"]]
+    con = sqlite3.connect(session)
+    with con:
+        con.execute(
+            "INSERT INTO work_results (job_id, worker_outcome, output) SELECT job_id,"
+            " 'SKIPPED', 'deferred' FROM work_items WHERE job_id NOT IN"
+            " (SELECT job_id FROM work_results)"
+        )
+        con.executemany(
+            "DELETE FROM work_results WHERE job_id = ?", [(i,) for i in ids]
+        )
+    con.close()
+    return len(ids)
+
+
+def undefer(session: Path) -> None:
+    con = sqlite3.connect(session)
+    with con:
+        con.execute("DELETE FROM work_results WHERE output = 'deferred'")
+    con.close()
+
+
+def run(args) -> int:
+    cfg = load_config()
+    root, cr_config, session = _session_paths(args.mode)
+    root.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    ports = [_free_port() for _ in range(args.jobs)]
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    write_cr_config(cr_config, cfg, args.scope, urls)
+    cr = BIN / "cosmic-ray"
+    meta_path = root / "run.json"
+    if args.rerun_survivors or args.resume:
+        if not session.exists():
+            raise SystemExit(f"no session at {session}: run without --resume first")
+        if args.rerun_survivors:
+            print(
+                f"re-running {reset_survivors(session, args.mode)} survivors",
+                flush=True,
+            )
+        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"runs": []}
+    else:
+        session.unlink(missing_ok=True)
+        _run([cr, "init", cr_config, session])
+        _run([BIN / "cr-filter-operators", session, cr_config])
+        skip_excluded(session, cfg)
+        if args.only:
+            skip_outside(session, cfg, args.only)
+        meta = {"runs": [], "only": args.only}
+    tests = [cfg["tests"]]
+    workers = []
+    try:
+        for i, port in enumerate(ports):
+            folder = root / f"w{i}"
+            make_worker(folder, tests)
+            env = worker_env(folder, cfg, args.mode)
+            check = "import importlib.util as u; print(u.find_spec('flag_gems').origin)"
+            origin = subprocess.run(
+                [BIN / "python", "-c", check],
+                env=env,
+                cwd=folder,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+            if not origin.startswith(str(folder)):
+                raise SystemExit(
+                    f"worker {i} imports flag_gems from {origin}, not its own copy"
+                )
+            log = open(folder / "worker.log", "w")  # noqa: SIM115 - closed with the worker
+            proc = subprocess.Popen(
+                [cr, "http-worker", "--port", str(port)],
+                cwd=folder,
+                env=env,
+                stdout=log,
+                stderr=log,
+            )
+            workers.append((proc, log))
+            _wait_port(port, proc)
+        if "baseline_s" not in meta:
+            print("baseline (unmutated) in every worker ...", flush=True)
+            base = time.time()
+            procs = [
+                subprocess.Popen(
+                    test_command(cfg).split(),
+                    cwd=root / f"w{i}",
+                    env=worker_env(root / f"w{i}", cfg, args.mode),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+                for i in range(args.jobs)
+            ]
+            for i, p in enumerate(procs):
+                out, _ = p.communicate()
+                if p.returncode != 0:
+                    print(out[-4000:])
+                    raise SystemExit(
+                        f"baseline failed in worker {i}: fix the tests before mutating"
+                    )
+            meta["baseline_s"] = round(time.time() - base, 1)
+            print(f"baseline passed in {meta['baseline_s']} s", flush=True)
+        # cosmic-ray takes pending mutants in job-id (random uuid) order, so a run
+        # cut short by --budget-min has run a uniform random sample; --resume goes on.
+        cmd = [str(cr), "exec", str(cr_config), str(session)]
+        print("+", " ".join(cmd), flush=True)
+        proc = subprocess.Popen(cmd)
+        try:
+            proc.wait(timeout=args.budget_min * 60 if args.budget_min else None)
+        except subprocess.TimeoutExpired:
+            print(f"budget of {args.budget_min} min spent: stopping (--resume goes on)")
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    finally:
+        if args.rerun_survivors:
+            undefer(session)
+        for proc, log in workers:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            log.close()
+    meta["runs"].append(
+        {
+            "kind": "rerun-survivors"
+            if args.rerun_survivors
+            else "resume"
+            if args.resume
+            else "new",
+            "budget_min": args.budget_min,
+            "scope": args.scope,
+            "jobs": args.jobs,
+            "wall_s": round(time.time() - started, 1),
+            "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "machine": f"{platform.node()} ({os.cpu_count()} CPUs, {platform.machine()})",
+        }
+    )
+    meta["scope"] = args.scope
+    meta_path.write_text(json.dumps(meta, indent=2))
+    return report(args)
+
+
+# ---------------------------------------------------------------------------
+# report
+# ---------------------------------------------------------------------------
+
+
+def collect(mode: str) -> dict:
+    from cosmic_ray.work_db import WorkDB, use_db
+
+    cfg = load_config()
+    root, _, session = _session_paths(mode)
+    meta_path = root / "run.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"runs": []}
+    source = (REPO / cfg["target"]).read_text()
+    lines = source.splitlines()
+    decorated = _decorator_lines(source)
+    equivalents = load_equivalents()
+    counts = {
+        k: 0
+        for k in (
+            "killed",
+            "timeout",
+            "survived",
+            "equivalent",
+            "excluded",
+            "error",
+            "pending",
+        )
+    }
+    survivors, equivalent, errors, excluded = [], [], [], {}
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        done = list(db.completed_work_items)
+        counts["pending"] = sum(1 for _ in db.pending_work_items)
+    for item, result in done:
+        m = item.mutations[0]
+        outcome = result.worker_outcome.value
+        if outcome == "skipped":
+            counts["excluded"] += 1
+            why = result.output or "excluded"
+            excluded[why] = excluded.get(why, 0) + 1
+            continue
+        if outcome == "no-test":
+            continue
+        line, col = m.start_pos
+        original = lines[line - 1] if line <= len(lines) else ""
+        entry = {
+            "job_id": item.job_id,
+            # cosmic-ray names no function for a decorator line: name the decorated one
+            "function": m.definition_name or decorated.get(m.start_pos[0]),
+            "operator": m.operator_name,
+            "occurrence": m.occurrence,
+            "location": f"{cfg['target']}:{line}:{col}",
+            "line": original.strip(),
+        }
+        if outcome != "normal" or result.test_outcome.value == "incompetent":
+            counts["error"] += 1
+            errors.append({**entry, "output": (result.output or "")[-2000:]})
+            continue
+        if result.test_outcome.value == "killed":
+            counts["timeout" if result.output == "timeout" else "killed"] += 1
+            continue
+        mutated = mutated_line(result.diff or "")
+        entry.update(
+            id=mutant_id(entry["function"], m.operator_name, original, mutated),
+            mutated=mutated,
+        )
+        entry["diff"] = result.diff
+        if entry["id"] in equivalents:
+            counts["equivalent"] += 1
+            equivalent.append({**entry, "reason": equivalents[entry["id"]]["reason"]})
+        else:
+            counts["survived"] += 1
+            survivors.append(entry)
+    tested = counts["killed"] + counts["timeout"] + counts["survived"]
+    score = (counts["killed"] + counts["timeout"]) / tested if tested else None
+    stale = sorted(set(equivalents) - {e["id"] for e in equivalent})
+    return {
+        "tool": "cosmic-ray " + _cr_version(),
+        "mode": mode,
+        "target": cfg["target"],
+        "tests": cfg["tests"],
+        "scope": meta.get("scope"),
+        "fuzz_examples": cfg["fuzz_examples"],
+        "timeout_s": cfg["timeout"],
+        "score": None if score is None else round(score, 4),
+        "score_definition": "(killed + timeout) / (killed + timeout + survived); equivalent mutants left out",
+        "counts": counts,
+        "excluded": excluded,
+        "baseline_s": meta.get("baseline_s"),
+        "runs": meta["runs"],
+        "survivors": sorted(survivors, key=_line_of),
+        "equivalent": sorted(equivalent, key=_line_of),
+        "equivalent_list_entries_not_seen": stale,
+        "errors": errors,
+    }
+
+
+def _decorator_lines(source: str) -> dict:
+    """{line of a decorator: name of the function it decorates}."""
+    found = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for d in node.decorator_list:
+                for line in range(d.lineno, d.end_lineno + 1):
+                    found[line] = node.name
+    return found
+
+
+def _line_of(entry) -> tuple:
+    _, line, col = entry["location"].rsplit(":", 2)
+    return int(line), int(col), entry["operator"]
+
+
+def _cr_version() -> str:
+    from importlib.metadata import version
+
+    return version("cosmic-ray")
+
+
+def render(data: dict) -> str:
+    c = data["counts"]
+    score = "n/a" if data["score"] is None else f"{100 * data['score']:.1f}%"
+    out = [
+        "# Mutation testing of the KunlunXIN `copy_`",
+        "",
+        "<!-- generated by `make mutate` (harness/copyfix/mutation.py); do not edit by hand -->",
+        "",
+        f"Tool: {data['tool']}, mode `{data['mode']}`, scope `{data['scope']}` "
+        f"(mutation/config.toml), target `{data['target']}`, tests `{data['tests']}` only "
+        f"(`pytest -x`, fuzz at {data['fuzz_examples']} derandomized examples, "
+        f"{data['timeout_s']} s per mutant).",
+        "",
+        f"**Score: {score}** — killed {c['killed']}, timeouts {c['timeout']}, survived "
+        f"{c['survived']}, equivalent {c['equivalent']} (mutation/equivalent.toml), "
+        f"errors {c['error']}, not run {c['excluded']} (excluded), pending {c['pending']}.",
+        "",
+        "| run | scope | workers | wall time | finished | machine |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in data["runs"]:
+        out.append(
+            f"| {r['kind']} | {r['scope']} | {r['jobs']} | {r['wall_s']:.0f} s | {r['finished']} | {r['machine']} |"
+        )
+    in_scope = sum(c[k] for k in ("killed", "timeout", "survived", "equivalent"))
+    if c["pending"]:
+        out += [
+            "",
+            f"**Sample:** {in_scope} of the {in_scope + c['pending']} mutants in scope "
+            "have run. cosmic-ray takes pending mutants in random order, so they are a "
+            "uniform random sample; `--resume` runs the rest.",
+        ]
+    out += ["", "Excluded (mutants not run):", ""]
+    out += [f"- {why}: {n}" for why, n in sorted(data["excluded"].items())]
+    out += ["", "## Survivors", ""]
+    if not data["survivors"]:
+        out.append("None.")
+    for s in data["survivors"]:
+        out += [
+            f"- `{s['id']}` {s['location']} in `{s['function'] or '<module>'}` ({s['operator']}): "
+            f"`{s['line']}` → `{s['mutated']}`"
+        ]
+    out += ["", "## Equivalent mutants (reviewed: mutation/equivalent.toml)", ""]
+    if not data["equivalent"]:
+        out.append("None.")
+    for e in data["equivalent"]:
+        out += [
+            f"- `{e['id']}` {e['location']} in `{e['function'] or '<module>'}` ({e['operator']}): "
+            f"`{e['line']}` → `{e['mutated']}`. {e['reason']}"
+        ]
+    if data["equivalent_list_entries_not_seen"]:
+        out += [
+            "",
+            "Listed as equivalent but not surviving in this run (stale entries?): ",
+        ]
+        out += [f"`{i}`" for i in data["equivalent_list_entries_not_seen"]]
+    if data["errors"]:
+        out += ["", "## Errors", ""]
+        out += [f"- {e['location']} ({e['operator']})" for e in data["errors"]]
+    out += [
+        "",
+        "## Re-running",
+        "",
+        "```bash",
+        "make mutate JOBS=2                         # this machine (2 cores), scope quick",
+        "make mutate JOBS=16                        # a 16-core machine",
+        "make mutate JOBS=16 MUTATE_ARGS='--scope full'",
+        "make mutate MUTATE_ARGS=--rerun-survivors  # after adding tests",
+        "```",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def report(args) -> int:
+    data = collect(args.mode)
+    out = REPO / "results" / f"mutation_{args.mode}.json"
+    out.write_text(json.dumps(data, indent=2) + "\n")
+    DOC.write_text(render(data))
+    c = data["counts"]
+    print(f"wrote {out.relative_to(REPO)} and {DOC.relative_to(REPO)}")
+    print(
+        f"score {data['score']}: killed {c['killed']} timeout {c['timeout']} survived {c['survived']} "
+        f"equivalent {c['equivalent']} error {c['error']} excluded {c['excluded']} pending {c['pending']}"
+    )
+    for s in data["survivors"]:
+        print(
+            f"  SURVIVED {s['id']} {s['location']} {s['operator']}: {s['line']} -> {s['mutated']}"
+        )
+    return 1 if c["survived"] or c["error"] or c["pending"] else 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m copyfix.mutation", description=__doc__.splitlines()[0]
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_run = sub.add_parser("run", help="run the mutants and write the report")
+    p_run.add_argument(
+        "--jobs", type=int, default=2, help="parallel workers (one folder each)"
+    )
+    p_run.add_argument("--mode", default="cpu", choices=["cpu", "cuda", "native"])
+    p_run.add_argument("--scope", default="quick", choices=["quick", "full"])
+    p_run.add_argument(
+        "--rerun-survivors", action="store_true", help="reset the survivors, run them"
+    )
+    p_run.add_argument(
+        "--resume", action="store_true", help="run what the session has pending"
+    )
+    p_run.add_argument(
+        "--budget-min", type=float, default=0, help="stop after N minutes (0: none)"
+    )
+    p_run.add_argument(
+        "--only",
+        nargs="+",
+        metavar="NAME",
+        help="mutate only inside these functions/assignments (a run of what changed)",
+    )
+    p_rep = sub.add_parser(
+        "report", help="rewrite the JSON and docs from the last session"
+    )
+    p_rep.add_argument("--mode", default="cpu", choices=["cpu", "cuda", "native"])
+    args = parser.parse_args(argv)
+    return run(args) if args.command == "run" else report(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
