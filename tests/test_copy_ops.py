@@ -362,6 +362,15 @@ def _float_edges():
     return values
 
 
+# NaNs whose payload is one low bit (quiet bit clear): still NaN after any conversion,
+# though a rounding done on the bit pattern would carry them into inf.
+_LOW_PAYLOAD_NANS = {
+    torch.float32: (torch.int32, [0x7F800001, -0x007FFFFF]),
+    torch.float16: (torch.int16, [0x7C01, -0x03FF]),
+    torch.bfloat16: (torch.int16, [0x7F81, -0x007F]),
+}
+
+
 def edge_values(dtype):
     """Edge values of `dtype` (CPU): its own extremes and the others' edges."""
     if dtype is torch.bool:
@@ -371,7 +380,9 @@ def edge_values(dtype):
         x32 = x.float()  # each edge, and its float32 neighbours
         near = [x32, torch.nextafter(x32, x32.new_tensor(float("inf")))]
         near.append(torch.nextafter(x32, x32.new_tensor(float("-inf"))))
-        return torch.cat([x.to(dtype)] + [t.to(dtype) for t in near])
+        bits, patterns = _LOW_PAYLOAD_NANS[dtype]
+        nans = torch.tensor(patterns, dtype=bits).view(dtype)
+        return torch.cat([x.to(dtype)] + [t.to(dtype) for t in near] + [nans])
     info = torch.iinfo(dtype)
     ints = [info.min, info.min + 1, info.max - 1, info.max]
     ints += [v for e in _EDGE_INTEGERS for v in (e, -e) if info.min <= v <= info.max]
@@ -1081,14 +1092,19 @@ def test_copy_fast_launch_replays_what_libentry_launched(request):
             case.check()
         assert run.call_count == 1
         assert sum(v is not None for v in mod._launches.values()) == 1
-        # another pointer alignment of the same layout: a new entry, exact again
-        for _ in range(2):
-            src = torch.randn(2 * 3 * 4 * 5 + 1, device=DEVICE)[1:].view(2, 3, 4, 5)
-            dst = torch.empty(2, 3, 5, 4, device=DEVICE)
-            gems_copy_(dst, src.transpose(2, 3))
-            expected = host_view(src).transpose(2, 3).contiguous()
-            assert_bit_exact(dst, expected, "offset")
-        assert run.call_count == 2
+        # the same layout from a source or into a destination 4 bytes off 16-byte
+        # alignment: LibEntry compiles per alignment, so each is a layout of its own
+        src_base = torch.randn(8 * 6 + 1, device=DEVICE)
+        dst_base = torch.empty(6 * 8 + 1, device=DEVICE)
+        calls = []
+        for src_off, dst_off in [(0, 0), (0, 0), (1, 0), (1, 0), (0, 1), (0, 1)]:
+            src = src_base[src_off : src_off + 48].view(8, 6).t()
+            dst = dst_base[dst_off : dst_off + 48].view(6, 8)
+            before = run.call_count
+            gems_copy_(dst, src)
+            calls.append(run.call_count - before)
+            assert_bit_exact(dst, host_view(src).contiguous(), f"{src_off} {dst_off}")
+        assert calls == [1, 0, 1, 0, 1, 0]
 
 
 @pytest.mark.copy_
@@ -1115,7 +1131,27 @@ def test_copy_fast_launch_calls_the_launch_hooks(request):
 
 
 @pytest.mark.copy_
-@pytest.mark.parametrize("failure", ["unexpected_record", "launch_raises"])
+@pytest.mark.parametrize(
+    "version, passes",
+    [((3, 3), True), ((3, 6), True), ((3, 2), False), ((3, 7), False), ((2, 6), False)],
+)
+def test_copy_fast_launch_takes_libentrys_argument_convention(
+    monkeypatch, version, passes
+):
+    # LibEntry launches a cached kernel with the constexprs among its arguments on
+    # Triton 3.3-3.6 and without them elsewhere; the fast launch decides from the same
+    # flags of LibEntry's module, so it launches as LibEntry does on any Triton.
+    mod = copy_module()
+    libentry_module = sys.modules[mod.LibEntry.__module__]
+    monkeypatch.setattr(libentry_module, "major_version", version[0])
+    monkeypatch.setattr(libentry_module, "minor_version", version[1])
+    assert mod._libentry_passes_constexprs() is passes
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize(
+    "failure", ["unexpected_record", "libentry_returns_nothing", "launch_raises"]
+)
 def test_copy_fast_launch_falls_back_to_the_wrapper(monkeypatch, request, failure):
     # Whatever goes wrong with the recorded launch, the generated wrapper copies.
     mod = copy_module()
@@ -1126,6 +1162,11 @@ def test_copy_fast_launch_falls_back_to_the_wrapper(monkeypatch, request, failur
 
         stock = LibEntry.run
         monkeypatch.setattr(LibEntry, "run", lambda *a, **k: (stock(*a, **k), None))
+    elif failure == "libentry_returns_nothing":  # a LibEntry whose run returns None
+        from flag_gems.utils.libentry import LibEntry
+
+        stock = LibEntry.run
+        monkeypatch.setattr(LibEntry, "run", lambda *a, **k: stock(*a, **k) and None)
     else:
         original = mod._launch_and_record
 
