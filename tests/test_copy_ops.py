@@ -22,6 +22,7 @@ copy is the kernel that fails, so it cannot serve as the reference there.
 import contextlib
 import os
 import sys
+import threading
 import warnings
 from unittest import mock
 
@@ -1105,6 +1106,98 @@ def test_copy_fast_launch_replays_what_libentry_launched(request):
             calls.append(run.call_count - before)
             assert_bit_exact(dst, host_view(src).contiguous(), f"{src_off} {dst_off}")
         assert calls == [1, 0, 1, 0, 1, 0]
+        # earlier layouts stay cached while others are added
+        before = run.call_count
+        gems_copy_(dst_base[:48].view(6, 8), src_base[:48].view(8, 6).t())
+        assert run.call_count == before
+
+
+@pytest.mark.copy_
+def test_copy_fast_launch_cache_is_bounded(monkeypatch, request):
+    mod = copy_module()
+    mod._launches.clear()
+    request.addfinalizer(mod._launches.clear)
+    monkeypatch.setattr(mod, "_MAX_LAUNCHES", 3)
+    for n in range(2, 8):  # six layouts
+        src = torch.randn(n, 5, device=DEVICE)
+        dst = torch.empty(5, n, device=DEVICE)
+        gems_copy_(dst, src.t())
+        assert_bit_exact(dst, host_view(src).t().contiguous(), f"n={n}")
+        assert 1 <= len(mod._launches) <= 3
+
+
+@pytest.mark.copy_
+def test_copy_fast_launch_records_only_its_own_thread(monkeypatch, request):
+    # While one thread records its first copy of a layout, another thread launches the
+    # same kernel through the wrapper; that launch is not taken for the recorded one.
+    # (The recorder is the thread with the smaller ident, whatever the OS hands out.)
+    mod = copy_module()
+    mod._launches.clear()
+    request.addfinalizer(mod._launches.clear)
+    src = torch.randn(7, 3, device=DEVICE)
+    dst = torch.empty(3, 7, device=DEVICE)
+    stock_record = mod._launch_and_record
+    go, done, barrier = threading.Event(), threading.Event(), threading.Barrier(2)
+    shared, recorded, errors = {}, [], []
+
+    class Intruded:  # the generated wrapper, with the other thread's launch inside
+        def __init__(self, wrapper):
+            self.__globals__, self.wrapper = wrapper.__globals__, wrapper
+
+        def __call__(self, *args, **kwargs):
+            shared["launch"] = lambda: self.wrapper(*args, **kwargs)
+            go.set()
+            done.wait(60)
+            return self.wrapper(*args, **kwargs)
+
+    def record(wrapper, s, d):
+        recorded.append(stock_record(Intruded(wrapper), s, d))
+        return recorded[-1]
+
+    monkeypatch.setattr(mod, "_launch_and_record", record)
+
+    def thread(name):
+        try:
+            shared[name] = threading.get_ident()
+            barrier.wait(60)
+            if shared[name] == min(shared["a"], shared["b"]):
+                gems_copy_(dst, src.t())
+            else:
+                go.wait(60)
+                shared["launch"]()
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+        finally:
+            go.set()
+            done.set()
+
+    threads = [threading.Thread(target=thread, args=(n,)) for n in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert_bit_exact(dst, host_view(src).t().contiguous(), "recorded")
+    assert len(recorded) == 1 and recorded[0] is not None
+
+
+@pytest.mark.copy_
+def test_copy_fast_launch_without_constexpr_arguments(monkeypatch, request):
+    # On a Triton where LibEntry leaves constexprs out of a cached launch, the record
+    # holds exactly the kernel's other parameters.
+    mod = copy_module()
+    mod._launches.clear()
+    request.addfinalizer(mod._launches.clear)
+    monkeypatch.setattr(mod, "_LIBENTRY_PASSES_CONSTEXPRS", False)
+    src = torch.randn(4, 9, device=DEVICE)
+    dst = torch.empty(9, 4, device=DEVICE)
+    gems_copy_(dst, src.t())
+    assert_bit_exact(dst, host_view(src).t().contiguous(), "recorded")
+    ((key, record),) = mod._launches.items()
+    entries = [v for v in key[0].__globals__.values() if isinstance(v, mod.LibEntry)]
+    params = entries[0].jit_function.params
+    assert record is not None
+    assert len(record[1]) == sum(not p.is_constexpr for p in params) - 2
 
 
 @pytest.mark.copy_
