@@ -23,6 +23,7 @@ import contextlib
 import os
 import sys
 import threading
+import types
 import warnings
 from unittest import mock
 
@@ -1113,6 +1114,26 @@ def test_copy_fast_launch_replays_what_libentry_launched(request):
 
 
 @pytest.mark.copy_
+@pytest.mark.parametrize("other", [1, -1])
+def test_copy_on_another_device_takes_the_wrapper(monkeypatch, request, other):
+    # LibEntry caches kernels per current device, and a cached kernel launches on the
+    # current device: a copy whose tensors live elsewhere goes through the wrapper
+    # (which enters their device), every time, and is never recorded.
+    mod = copy_module()
+    mod._launches.clear()
+    request.addfinalizer(mod._launches.clear)
+    src = torch.randn(5, 6, device=DEVICE)
+    dst = torch.empty(6, 5, device=DEVICE)
+    elsewhere = types.SimpleNamespace(current_device=lambda: dst.get_device() + other)
+    monkeypatch.setattr(mod, "torch_device_fn", elsewhere)
+    with count_libentry_runs() as run:
+        for _ in range(2):
+            gems_copy_(dst, src.t())
+            assert_bit_exact(dst, host_view(src).t().contiguous(), "elsewhere")
+    assert run.call_count == 2 and not mod._launches
+
+
+@pytest.mark.copy_
 def test_copy_fast_launch_cache_is_bounded(monkeypatch, request):
     mod = copy_module()
     mod._launches.clear()
@@ -1243,7 +1264,13 @@ def test_copy_fast_launch_takes_libentrys_argument_convention(
 
 @pytest.mark.copy_
 @pytest.mark.parametrize(
-    "failure", ["unexpected_record", "libentry_returns_nothing", "launch_raises"]
+    "failure",
+    [
+        "unexpected_record",
+        "libentry_returns_nothing",
+        "libentry_returns_the_kernel_alone",
+        "launch_raises",
+    ],
 )
 def test_copy_fast_launch_falls_back_to_the_wrapper(monkeypatch, request, failure):
     # Whatever goes wrong with the recorded launch, the generated wrapper copies.
@@ -1260,6 +1287,11 @@ def test_copy_fast_launch_falls_back_to_the_wrapper(monkeypatch, request, failur
 
         stock = LibEntry.run
         monkeypatch.setattr(LibEntry, "run", lambda *a, **k: stock(*a, **k) and None)
+    elif failure == "libentry_returns_the_kernel_alone":
+        from flag_gems.utils.libentry import LibEntry
+
+        stock = LibEntry.run
+        monkeypatch.setattr(LibEntry, "run", lambda *a, **k: stock(*a, **k)[:1])
     else:
         original = mod._launch_and_record
 
