@@ -1134,6 +1134,36 @@ def test_copy_on_another_device_takes_the_wrapper(monkeypatch, request, other):
 
 
 @pytest.mark.copy_
+@pytest.mark.parametrize(
+    "wrapper_kind", ["no_libentry", "no_libentry_launch", "other_src", "other_dst"]
+)
+def test_copy_fast_launch_records_only_the_copys_own_launch(wrapper_kind):
+    # Only one LibEntry launch of the copy's own tensors is recorded: a wrapper without
+    # a LibEntry, one that launches nothing through it, or one that hands the kernel
+    # other tensors (which a replay would then bypass) is launched and not recorded.
+    mod = copy_module()
+    generated = mod._copy_kernel.instantiate(2)
+    src = torch.randn(3, 4, device=DEVICE)
+    dst = torch.empty(3, 4, device=DEVICE)
+
+    def in_generated_module(fn):  # the same function, with the generated globals
+        globals_ = generated.__globals__
+        return types.FunctionType(fn.__code__, globals_, None, None, fn.__closure__)
+
+    wrappers = {
+        "no_libentry": lambda s, out0: generated(s, out0=out0),
+        "no_libentry_launch": in_generated_module(lambda s, out0: out0.fill_(0)),
+        "other_src": in_generated_module(
+            lambda s, out0: generated(s.clone(), out0=out0)
+        ),
+        "other_dst": in_generated_module(
+            lambda s, out0: generated(s, out0=out0.view(out0.shape))
+        ),
+    }
+    assert mod._launch_and_record(wrappers[wrapper_kind], src, dst) is None
+
+
+@pytest.mark.copy_
 def test_copy_fast_launch_cache_is_bounded(monkeypatch, request):
     mod = copy_module()
     mod._launches.clear()

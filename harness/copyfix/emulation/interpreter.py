@@ -47,10 +47,12 @@ class InterpretedKernel:
                     f"{self.jit_fn!r} launched with {len(args)} arguments; the compiled "
                     f"kernel takes {len(params)} (every parameter, constexprs included)"
                 )
-            # the compiled launcher calls the profiler's launch hooks around a launch
+            # the compiled launcher takes grid[0], grid[1], grid[2], and calls the
+            # profiler's launch hooks around a launch
+            grid3 = (grid[0], grid[1], grid[2])
             metadata = {"name": self.jit_fn.__name__, "stream": None}
             knobs.runtime.launch_enter_hook(metadata)
-            self.jit_fn.interpreted.run(*args, grid=grid, warmup=False)
+            self.jit_fn.interpreted.run(*args, grid=grid3, warmup=False)
             knobs.runtime.launch_exit_hook(metadata)
 
         return runner
