@@ -390,9 +390,8 @@ def _launch(dst: torch.Tensor, src: torch.Tensor, plan=None) -> None:
 _UNSEEN = object()
 _MAX_LAUNCHES = 4096
 _launches = {}  # layout key -> (runner, arguments after src and dst), or None
-_record_lock = (
-    threading.RLock()
-)  # re-entrant: a copy_ inside a launch must not deadlock
+# re-entrant: a copy_ inside a launch must not deadlock
+_record_lock = threading.RLock()
 
 
 def _launch_and_record(wrapper, src, dst):
