@@ -776,33 +776,26 @@ def test_copy_alias_disjoint_halves_need_no_snapshot(step, dst_rows, src_rows):
 
 
 @pytest.mark.copy_
-@pytest.mark.parametrize("dst_start, src_start", [(4, 0), (0, 4)])
-def test_copy_alias_one_shared_element_is_read_first(dst_start, src_start):
-    # x[4:9:2] <- x[0:5:2] shares only element 4 (src's last, dst's first): still
-    # an overlap, so src is read whole before anything is written
-    cpu = torch.randn(9)
+@pytest.mark.parametrize(
+    "n, dst_start, src_start, ranks",
+    [(9, 4, 0, [1, 1]), (9, 0, 4, [1, 1]), (10, 0, 5, [1]), (10, 5, 0, [1])],
+    ids=["one-shared-dst-after", "one-shared-src-after", "touching", "touching-rev"],
+)
+def test_copy_alias_strided_views_read_first_only_when_sharing(
+    n, dst_start, src_start, ranks
+):
+    # x[a:a+5:2] <- x[b:b+5:2]. Sharing only one element (src's last is dst's first,
+    # or the reverse) is still an overlap: src is read whole before anything is
+    # written (a snapshot launch, then the copy). One view starting right after the
+    # other's last element is no overlap: one launch.
+    cpu = torch.randn(n)
     x = cpu.to(DEVICE, copy=True)
     with track_paths() as paths:
         gems_copy_(x[dst_start : dst_start + 5 : 2], x[src_start : src_start + 5 : 2])
     ref = cpu.clone()
     ref[dst_start : dst_start + 5 : 2] = cpu[src_start : src_start + 5 : 2].clone()
-    assert paths.fallbacks == 0 and paths.ranks == [1, 1]  # snapshot, then copy
-    assert_bit_exact(x, ref, "one shared element")
-
-
-@pytest.mark.copy_
-@pytest.mark.parametrize("dst_start, src_start", [(0, 5), (5, 0)])
-def test_copy_alias_touching_strided_views_need_no_snapshot(dst_start, src_start):
-    # x[0:5:2] <- x[5:10:2] and back: one view starts right after the other's last
-    # element: no overlap
-    cpu = torch.randn(10)
-    x = cpu.to(DEVICE, copy=True)
-    with track_paths() as paths:
-        gems_copy_(x[dst_start : dst_start + 5 : 2], x[src_start : src_start + 5 : 2])
-    ref = cpu.clone()
-    ref[dst_start : dst_start + 5 : 2] = cpu[src_start : src_start + 5 : 2]
-    assert paths.fallbacks == 0 and paths.ranks == [1]  # no snapshot launch
-    assert_bit_exact(x, ref, "touching strided views")
+    assert paths.fallbacks == 0 and paths.ranks == ranks
+    assert_bit_exact(x, ref, f"x[{dst_start}::2] <- x[{src_start}::2]")
 
 
 @pytest.mark.copy_
