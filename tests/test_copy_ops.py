@@ -1128,7 +1128,8 @@ def test_copy_on_another_device_takes_the_wrapper(monkeypatch, request, other):
 
 @pytest.mark.copy_
 @pytest.mark.parametrize(
-    "wrapper_kind", ["no_libentry", "no_libentry_launch", "other_src", "other_dst"]
+    "wrapper_kind",
+    ["no_libentry", "no_libentry_launch", "two_launches", "other_src", "other_dst"],
 )
 def test_copy_fast_launch_records_only_the_copys_own_launch(wrapper_kind):
     # Only one LibEntry launch of the copy's own tensors is recorded: a wrapper without
@@ -1146,6 +1147,9 @@ def test_copy_fast_launch_records_only_the_copys_own_launch(wrapper_kind):
     wrappers = {
         "no_libentry": lambda s, out0: generated(s, out0=out0),
         "no_libentry_launch": in_generated_module(lambda s, out0: out0.fill_(0)),
+        "two_launches": in_generated_module(
+            lambda s, out0: [generated(s, out0=out0) for _ in range(2)]
+        ),
         "other_src": in_generated_module(
             lambda s, out0: generated(s.clone(), out0=out0)
         ),
@@ -1171,10 +1175,13 @@ def test_copy_fast_launch_cache_is_bounded(monkeypatch, request):
 
 
 @pytest.mark.copy_
-def test_copy_fast_launch_records_only_its_own_thread(monkeypatch, request):
+@pytest.mark.parametrize("recorder_ident", [min, max])
+def test_copy_fast_launch_records_only_its_own_thread(
+    monkeypatch, request, recorder_ident
+):
     # While one thread records its first copy of a layout, another thread launches the
     # same kernel through the wrapper; that launch is not taken for the recorded one.
-    # (The recorder is the thread with the smaller ident, whatever the OS hands out.)
+    # (The recorder is the thread with the smaller, or the larger, ident.)
     mod = copy_module()
     mod._launches.clear()
     request.addfinalizer(mod._launches.clear)
@@ -1204,7 +1211,7 @@ def test_copy_fast_launch_records_only_its_own_thread(monkeypatch, request):
         try:
             shared[name] = threading.get_ident()
             barrier.wait(60)
-            if shared[name] == min(shared["a"], shared["b"]):
+            if shared[name] == recorder_ident(shared["a"], shared["b"]):
                 gems_copy_(dst, src.t())
             else:
                 go.wait(60)
@@ -1270,7 +1277,14 @@ def test_copy_fast_launch_calls_the_launch_hooks(request):
 @pytest.mark.copy_
 @pytest.mark.parametrize(
     "version, passes",
-    [((3, 3), True), ((3, 6), True), ((3, 2), False), ((3, 7), False), ((2, 6), False)],
+    [
+        ((3, 3), True),
+        ((3, 6), True),
+        ((3, 2), False),
+        ((3, 7), False),
+        ((2, 6), False),
+        ((4, 4), False),
+    ],
 )
 def test_copy_fast_launch_takes_libentrys_argument_convention(
     monkeypatch, version, passes
@@ -1292,6 +1306,7 @@ def test_copy_fast_launch_takes_libentrys_argument_convention(
         "unexpected_record",
         "libentry_returns_nothing",
         "libentry_returns_the_kernel_alone",
+        "libentry_returns_more",
         "launch_raises",
     ],
 )
@@ -1315,6 +1330,11 @@ def test_copy_fast_launch_falls_back_to_the_wrapper(monkeypatch, request, failur
 
         stock = LibEntry.run
         monkeypatch.setattr(LibEntry, "run", lambda *a, **k: stock(*a, **k)[:1])
+    elif failure == "libentry_returns_more":
+        from flag_gems.utils.libentry import LibEntry
+
+        stock = LibEntry.run
+        monkeypatch.setattr(LibEntry, "run", lambda *a, **k: stock(*a, **k) + (None,))
     else:
         original = mod._launch_and_record
 

@@ -390,7 +390,8 @@ def _launch(dst: torch.Tensor, src: torch.Tensor, plan=None) -> None:
 _UNSEEN = object()
 _MAX_LAUNCHES = 4096
 _launches = {}  # layout key -> (runner, arguments after src and dst), or None
-# re-entrant: a copy_ inside a launch must not deadlock
+# re-entrant (an RLock): a copy_ that runs inside a launch must not deadlock
+# on a record further up its own thread
 _record_lock = threading.RLock()
 
 
