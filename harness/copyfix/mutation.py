@@ -233,42 +233,45 @@ def _run(cmd, **kw):
     subprocess.run([str(c) for c in cmd], check=True, **kw)
 
 
-def skip_excluded(session: Path, cfg: dict) -> None:
-    """Mark the mutants inside [copyfix.exclude] spans skipped, with the reason."""
+def _skip_pending(session: Path, reason_at) -> None:
+    """Mark pending mutants skipped where ``reason_at(line)`` gives a reason."""
     from cosmic_ray.work_db import use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
-    source = (REPO / cfg["target"]).read_text()
-    spans = excluded_spans(source, cfg["exclude"])
     with use_db(str(session)) as db:
         for item in list(db.pending_work_items):
-            line = item.mutations[0].start_pos[0]
-            for first, last, name in spans:
-                if first <= line <= last:
-                    result = WorkResult(
-                        output=f"excluded: {name}", worker_outcome=WorkerOutcome.SKIPPED
-                    )
-                    db.set_result(item.job_id, result)
-                    break
+            reason = reason_at(item.mutations[0].start_pos[0])
+            if reason is not None:
+                result = WorkResult(output=reason, worker_outcome=WorkerOutcome.SKIPPED)
+                db.set_result(item.job_id, result)
+
+
+def _spans(cfg: dict, names) -> list:
+    return excluded_spans((REPO / cfg["target"]).read_text(), names)
+
+
+def skip_excluded(session: Path, cfg: dict) -> None:
+    """Mark the mutants inside [copyfix.exclude] spans skipped, with the reason."""
+    spans = _spans(cfg, cfg["exclude"])
+
+    def reason_at(line):
+        inside = [name for first, last, name in spans if first <= line <= last]
+        return f"excluded: {inside[0]}" if inside else None
+
+    _skip_pending(session, reason_at)
 
 
 def skip_outside(session: Path, cfg: dict, names: list) -> None:
     """--only: mark the mutants outside the named defs/assignments skipped (a budgeted
     run of what changed; the report says which names were in scope)."""
-    from cosmic_ray.work_db import use_db
-    from cosmic_ray.work_item import WorkerOutcome, WorkResult
-
-    source = (REPO / cfg["target"]).read_text()
-    spans = excluded_spans(source, dict.fromkeys(names, ""))
-    with use_db(str(session)) as db:
-        for item in list(db.pending_work_items):
-            line = item.mutations[0].start_pos[0]
-            if not any(first <= line <= last for first, last, _ in spans):
-                result = WorkResult(
-                    output="excluded: outside --only " + " ".join(names),
-                    worker_outcome=WorkerOutcome.SKIPPED,
-                )
-                db.set_result(item.job_id, result)
+    spans = _spans(cfg, dict.fromkeys(names, ""))
+    reason = "excluded: outside --only " + " ".join(names)
+    _skip_pending(
+        session,
+        lambda line: (
+            None if any(first <= line <= last for first, last, _ in spans) else reason
+        ),
+    )
 
 
 def reset_survivors(session: Path, mode: str) -> int:
@@ -576,19 +579,18 @@ def render(data: dict) -> str:
     out += ["", "## Survivors", ""]
     if not data["survivors"]:
         out.append("None.")
-    for s in data["survivors"]:
-        out += [
-            f"- `{s['id']}` {s['location']} in `{s['function'] or '<module>'}` ({s['operator']}): "
-            f"`{s['line']}` → `{s['mutated']}`"
-        ]
+
+    def mutant(m):
+        return (
+            f"- `{m['id']}` {m['location']} in `{m['function'] or '<module>'}` "
+            f"({m['operator']}): `{m['line']}` → `{m['mutated']}`"
+        )
+
+    out += [mutant(s) for s in data["survivors"]]
     out += ["", "## Equivalent mutants (reviewed: mutation/equivalent.toml)", ""]
     if not data["equivalent"]:
         out.append("None.")
-    for e in data["equivalent"]:
-        out += [
-            f"- `{e['id']}` {e['location']} in `{e['function'] or '<module>'}` ({e['operator']}): "
-            f"`{e['line']}` → `{e['mutated']}`. {e['reason']}"
-        ]
+    out += [f"{mutant(e)}. {e['reason']}" for e in data["equivalent"]]
     if data["equivalent_list_entries_not_seen"]:
         out += [
             "",

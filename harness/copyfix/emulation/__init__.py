@@ -236,7 +236,6 @@ def activate(mode: str | None = None) -> str:
         shims.patch_triton_common()
         interpreter.patch_triton_interpreter()
         interpreter.patch_torch_cpu()
-        BASE = base  # the flag_gems patches below are chosen per base
         interpreter.patch_flag_gems_cpu(base)
     elif mode == "cuda":
         import triton
