@@ -252,9 +252,19 @@ class Paths:
 
 @contextlib.contextmanager
 def track_paths():
-    """Count Triton launches (with their rank) and aten fallbacks of copy_."""
+    """Count Triton launches (with their rank) and aten fallbacks of copy_.
+
+    A launch is counted where copy_ picks the generated wrapper of a rank and, on
+    its fast path, where it replays a recorded launch.
+    """
     mod, paths = copy_module(), Paths()
     redispatch = torch.ops.aten.copy_.default.redispatch
+    kernels = (
+        mod._copy_kernel,
+        mod._copy_to_bool_kernel,
+        mod._copy_int_to_bf16_kernel,
+        mod._copy_via_int64_kernel,
+    )
 
     def counting(instantiate):
         def counting_instantiate(rank):
@@ -267,13 +277,31 @@ def track_paths():
         paths.fallbacks += 1
         return redispatch(*args, **kwargs)
 
+    class CountedLaunches(dict):  # copy_'s recorded launches, replays counted
+        def get(self, key, default=None):
+            launch = super().get(key, default)
+            if launch is None:
+                return launch
+            runner, args, wrapper = launch
+            (rank,) = [
+                n for k in kernels for n, w in k.overloads.items() if w is wrapper
+            ]
+
+            def counted_runner(*args):
+                runner(*args)
+                paths.ranks.append(rank)
+
+            return counted_runner, args, wrapper
+
+    launches = CountedLaunches(mod._launches)
+
+    def keep_records(recorded=mod._launches):
+        recorded.clear()
+        recorded.update(launches)
+
     with contextlib.ExitStack() as stack:
-        for kernel in (
-            mod._copy_kernel,
-            mod._copy_to_bool_kernel,
-            mod._copy_int_to_bf16_kernel,
-            mod._copy_via_int64_kernel,
-        ):
+        stack.callback(keep_records)
+        for kernel in kernels:
             stack.enter_context(
                 mock.patch.object(kernel, "instantiate", counting(kernel.instantiate))
             )
@@ -282,6 +310,7 @@ def track_paths():
                 torch.ops.aten.copy_.default, "redispatch", counting_redispatch
             )
         )
+        stack.enter_context(mock.patch.object(mod, "_launches", launches))
         yield paths
 
 
@@ -1048,6 +1077,7 @@ def test_copy_splits_what_int32_cannot_index(monkeypatch, request):
     for cache in caches:
         cache.cache_clear()
         request.addfinalizer(cache.cache_clear)
+    monkeypatch.setattr(mod, "_launches", {})  # and so do recorded launches
     case = Case("transpose", torch.float32, torch.bfloat16, seed=3)
     with track_paths() as paths:
         gems_copy_(case.dst, case.src)
@@ -1104,6 +1134,81 @@ def test_copy_fast_launch_replays_what_libentry_launched(request):
         before = run.call_count
         gems_copy_(dst_base[:48].view(6, 8), src_base[:48].view(8, 6).t())
         assert run.call_count == before
+
+
+_ALIASING = ("partial_overlap", "overlapping_views", "self_view")
+
+
+def _views(variant, dst_buf, src_buf):
+    """The variant's dst and src layouts, cut from 16-element buffers."""
+    if variant == "partial_overlap":  # dense, 16-byte aligned, sharing half
+        return dst_buf[:8], src_buf[4:12]
+    if variant == "overlapping_views":  # not dense: torch reads every element first
+        return dst_buf.view(4, 4)[1:, :3], src_buf.view(4, 4)[:3, 1:]
+    if variant == "self_view":
+        return dst_buf.view(4, 4).t(), src_buf.view(4, 4).t()
+    return dst_buf.view(4, 4), src_buf.view(4, 4).t()
+
+
+def _variant(variant, buf, src_buf):
+    dst, src = _views(variant, buf, buf if variant in _ALIASING else src_buf)
+    if variant == "src_neg":
+        src = torch._neg_view(src)
+    elif variant == "dst_neg":
+        dst = torch._neg_view(dst)
+    elif variant == "src_zero":
+        src = torch._efficientzerotensor(src.shape, device=src.device)
+    elif variant == "src_meta":
+        src = src.to("meta")
+    return dst, src
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize(
+    "variant", ["src_neg", "dst_neg", "src_zero", "src_meta", *_ALIASING]
+)
+def test_copy_fast_path_checks_what_its_key_leaves_out(request, variant):
+    # A recorded launch key stands for checks passed by its dtypes, devices, shapes,
+    # strides and alignment. A later copy of that layout with a negation bit, a zero
+    # tensor, a source elsewhere or a source aliasing the destination still gets
+    # torch's result or error (the destination untouched), not the recorded launch.
+    mod = copy_module()
+    mod._launches.clear()
+    request.addfinalizer(mod._launches.clear)
+    cpu = torch.arange(16, dtype=torch.float32) - 5
+    plain = _views(variant, torch.zeros(16, device=DEVICE), cpu.to(DEVICE))
+    gems_copy_(*plain)
+    key = mod._launch_key(*plain)
+    assert mod._launches.get(key) is not None
+    aliasing = variant in _ALIASING
+    buf = cpu.to(DEVICE, copy=True) if aliasing else torch.zeros(16, device=DEVICE)
+    ref_buf = cpu.clone() if aliasing else torch.zeros(16)
+    dst, src = _variant(variant, buf, cpu.to(DEVICE))
+    ref_dst, ref_src = _variant(variant, ref_buf, cpu)
+    if variant == "overlapping_views":  # every element reads its old value
+        ref_src = ref_src.clone()
+    if variant not in ("src_zero", "src_meta"):
+        assert mod._launch_key(dst, src) == key
+    before = buf.cpu()
+    try:
+        ref_dst.copy_(ref_src)
+        error = None
+    except Exception as exc:  # noqa: BLE001 - we compare whatever torch raises
+        error = exc
+    with track_paths() as paths:
+        if error is None:
+            assert mod.copy_(dst, src) is dst
+        else:
+            with pytest.raises(type(error)) as err:
+                mod.copy_(dst, src)
+    if error is None:
+        assert_bit_exact(buf, ref_buf, variant)
+    else:
+        assert str(err.value) == str(error)
+        assert_bit_exact(buf, before, f"{variant}: destination untouched")
+    fallbacks = variant in ("src_neg", "dst_neg", "src_meta")
+    assert paths.fallbacks == fallbacks
+    assert bool(paths.ranks) == (variant == "overlapping_views")
 
 
 @pytest.mark.copy_
@@ -1244,8 +1349,8 @@ def test_copy_fast_launch_without_constexpr_arguments(monkeypatch, request):
     dst = torch.empty(9, 4, device=DEVICE)
     gems_copy_(dst, src.t())
     assert_bit_exact(dst, host_view(src).t().contiguous(), "recorded")
-    ((key, record),) = mod._launches.items()
-    entries = [v for v in key[0].__globals__.values() if isinstance(v, mod.LibEntry)]
+    (record,) = mod._launches.values()
+    entries = [v for v in record[2].__globals__.values() if isinstance(v, mod.LibEntry)]
     params = entries[0].jit_function.params
     assert record is not None
     assert len(record[1]) == sum(not p.is_constexpr for p in params) - 2
@@ -1343,7 +1448,7 @@ def test_copy_fast_launch_falls_back_to_the_wrapper(monkeypatch, request, failur
 
         def record(*args):
             recorded = original(*args)
-            return None if recorded is None else (broken_runner, recorded[1])
+            return None if recorded is None else (broken_runner, *recorded[1:])
 
         monkeypatch.setattr(mod, "_launch_and_record", record)
     with count_libentry_runs() as run:

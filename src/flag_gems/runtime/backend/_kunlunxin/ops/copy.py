@@ -332,11 +332,13 @@ def _scalar_to_tensor(value, dst: torch.Tensor) -> torch.Tensor:
     return src.to(dst.dtype).to(dst.device)
 
 
-def _launch(dst: torch.Tensor, src: torch.Tensor, plan=None) -> None:
+def _launch(dst: torch.Tensor, src: torch.Tensor, plan=None, key=None) -> None:
     """Copy src into dst with the Triton kernel.
 
     `plan` is _plan() of dst's shape and strides and src's strides broadcast to
-    that shape; without it src must already have dst's shape.
+    that shape; without it src must already have dst's shape. A `key` from
+    _launch_key() seen for the first time has its launch recorded for copy_'s
+    fast path.
     """
     if plan is None:
         plan = _plan(tuple(dst.shape), dst.stride(), src.stride())
@@ -350,29 +352,9 @@ def _launch(dst: torch.Tensor, src: torch.Tensor, plan=None) -> None:
         _launch(dst[:half], src[:half])
         return _launch(dst[half:], src[half:])
     kernel = _kernel_for(src.dtype, dst.dtype).instantiate(len(shape))
-    device = torch_device_fn.current_device()
-    launch = None
-    if dst.get_device() == device:  # LibEntry's cached kernels are per current device
-        key = (
-            kernel,
-            device,
-            src.dtype,
-            dst.dtype,
-            src.data_ptr() % 16 == 0,
-            dst.data_ptr() % 16 == 0,
-            plan,
-        )
-        launch = _launches.get(key, _UNSEEN)
-        if launch is not None and launch is not _UNSEEN:
-            runner, args = launch
-            try:
-                return runner(src, dst, *args)
-            except Exception as error:  # whatever it was, the wrapper still works
-                logger.debug("GEMS_KUNLUNXIN COPY_ fast launch failed: %r", error)
-                launch = _launches[key] = None
     src_view = src.as_strided(shape, src_strides)
     dst_view = dst.as_strided(shape, dst_strides)
-    if launch is _UNSEEN:
+    if key is not None and key not in _launches:
         if len(_launches) >= _MAX_LAUNCHES:
             _launches.clear()
         _launches[key] = _launch_and_record(kernel, src_view, dst_view)
@@ -380,19 +362,44 @@ def _launch(dst: torch.Tensor, src: torch.Tensor, plan=None) -> None:
         kernel(src_view, out0=dst_view)
 
 
-# Fast launch. The generated wrapper and LibEntry.run cost tens of microseconds of
-# host time per launch. The first copy of a layout (dtypes, pointer alignment,
-# coalesced shape and strides, current device) goes through the wrapper, and what
-# the wrapper asked LibEntry to launch is recorded then: the kernel LibEntry
-# compiled and cached, the grid, and the argument list LibEntry builds for a cached
-# kernel. Later copies of that layout launch that kernel as LibEntry does,
-# `kernel[grid](*args)`. A layout whose launch looked unexpected stays on the wrapper.
-_UNSEEN = object()
+# Fast launch. The checks, the generated wrapper and LibEntry.run cost tens of
+# microseconds of host time per copy. The first copy of a key (_launch_key: dtypes,
+# devices, shapes, strides, pointer alignment) goes through all of them, and what
+# the wrapper asked LibEntry to launch is recorded then: the kernel LibEntry compiled
+# and cached, the grid, and the argument list LibEntry builds for a cached kernel.
+# A later copy of that key would pass the same checks, so it tests only what the
+# key leaves out (zero tensors, negation, aliasing) and launches that kernel as
+# LibEntry does, `kernel[grid](*args)`. A key whose launch looked unexpected stays
+# on the wrapper.
 _MAX_LAUNCHES = 4096
-_launches = {}  # layout key -> (runner, arguments after src and dst), or None
+_launches = {}  # launch key -> (runner, arguments after src and dst, wrapper), or None
 # re-entrant (an RLock): a copy_ that runs inside a launch must not deadlock
 # on a record further up its own thread
 _record_lock = threading.RLock()
+
+
+def _launch_key(dst: torch.Tensor, src: torch.Tensor):
+    """What copy_'s checks and LibEntry's kernel choice read from a tensor pair,
+    per-tensor bits aside; None for a pair never launched fast."""
+    device = torch_device_fn.current_device()
+    if dst.get_device() != device:  # LibEntry's cached kernels are per current device
+        return None
+    try:
+        return (
+            dst.dtype,
+            src.dtype,
+            dst.device,
+            src.device,
+            device,
+            dst.shape,
+            src.shape,
+            dst.stride(),
+            src.stride(),
+            dst.data_ptr() % 16 == 0,  # LibEntry compiles per 16-byte alignment
+            src.data_ptr() % 16 == 0,
+        )
+    except RuntimeError:  # no strides (sparse, mkldnn) or no storage
+        return None
 
 
 def _launch_and_record(wrapper, src, dst):
@@ -441,7 +448,7 @@ def _launch_and_record(wrapper, src, dst):
         values.append(value)
     if len(values) < 2 or values[0] is not src or values[1] is not dst:
         return None
-    return kernel[(grid + (1, 1))[:3]], tuple(values[2:])
+    return kernel[(grid + (1, 1))[:3]], tuple(values[2:]), wrapper
 
 
 def _libentry_passes_constexprs() -> bool:
@@ -474,6 +481,7 @@ def copy(
 
 
 def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
+    logger.debug("GEMS_KUNLUNXIN COPY_")
     if not isinstance(src, torch.Tensor):
         src = _scalar_to_tensor(src, dst)
 
@@ -485,6 +493,22 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
         )
     if src._is_zerotensor():
         return dst.zero_()
+    key = _launch_key(dst, src)
+    launch = _launches.get(key)
+    if not (
+        launch is None
+        or dst.is_neg()
+        or src.is_neg()
+        or torch._C._is_alias_of(dst, src)
+    ):
+        runner, args, _ = launch
+        try:
+            runner(src, dst, *args)
+            return dst
+        except Exception as error:  # whatever it was, the wrapper still works
+            logger.debug("GEMS_KUNLUNXIN COPY_ fast launch failed: %r", error)
+            _launches[key] = None
+
     reason = _fallback_reason(dst, src)
     if reason is not None:
         return _fallback(dst, src, non_blocking, reason)
@@ -512,12 +536,12 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
     if plan is None:
         return dst
 
-    logger.debug("GEMS_KUNLUNXIN COPY_")
     if snapshot:
         # src overlaps dst in a way torch cannot classify: read it all first
         tmp = torch.empty(dst.shape, dtype=src.dtype, device=src.device)
         _launch(tmp, src.expand(dst.shape))
         src, src_strides = tmp, tmp.stride()
         plan = _plan(tuple(dst.shape), dst.stride(), src_strides)
-    _launch(dst, src, plan)
+    # an aliasing copy is never launched fast: it is checked in full every time
+    _launch(dst, src, plan, None if aliased else key)
     return dst
