@@ -282,7 +282,7 @@ def track_paths():
             launch = super().get(key, default)
             if launch is None:
                 return launch
-            runner, args, wrapper = launch
+            runner, args, wrapper, *spans = launch
             (rank,) = [
                 n for k in kernels for n, w in k.overloads.items() if w is wrapper
             ]
@@ -291,7 +291,7 @@ def track_paths():
                 runner(*args)
                 paths.ranks.append(rank)
 
-            return counted_runner, args, wrapper
+            return counted_runner, args, wrapper, *spans
 
     launches = CountedLaunches(mod._launches)
 
@@ -1136,13 +1136,33 @@ def test_copy_fast_launch_replays_what_libentry_launched(request):
         assert run.call_count == before
 
 
-_ALIASING = ("partial_overlap", "overlapping_views", "self_view")
+_ALIASING = (
+    "partial_overlap",
+    "one_element_shared_src_first",
+    "one_element_shared_dst_first",
+    "overlapping_views",
+    "self_view",
+    "adjacent_halves",
+    "bytes_shared_across_dtypes",
+    "adjacent_across_dtypes",
+)
+_DISJOINT = ("adjacent_halves", "adjacent_across_dtypes")
 
 
 def _views(variant, dst_buf, src_buf):
     """The variant's dst and src layouts, cut from 16-element buffers."""
     if variant == "partial_overlap":  # dense, 16-byte aligned, sharing half
         return dst_buf[:8], src_buf[4:12]
+    if variant == "one_element_shared_src_first":  # src's last element is dst's first
+        return dst_buf[7:15], src_buf[:8]
+    if variant == "one_element_shared_dst_first":
+        return dst_buf[:8], src_buf[7:15]
+    if variant == "adjacent_halves":  # one storage, no byte in common
+        return dst_buf[8:], src_buf[:8]
+    if variant == "bytes_shared_across_dtypes":  # float32 [0, 32), int16 [24, 40)
+        return dst_buf[:8], src_buf.view(torch.int16)[12:20]
+    if variant == "adjacent_across_dtypes":  # float32 [16, 48), int16 [0, 16)
+        return dst_buf[4:12], src_buf.view(torch.int16)[:8]
     if variant == "overlapping_views":  # not dense: torch reads every element first
         return dst_buf.view(4, 4)[1:, :3], src_buf.view(4, 4)[:3, 1:]
     if variant == "self_view":
@@ -1195,12 +1215,14 @@ def test_copy_fast_path_checks_what_its_key_leaves_out(request, variant):
         error = None
     except Exception as exc:  # noqa: BLE001 - we compare whatever torch raises
         error = exc
-    with track_paths() as paths:
+    with track_paths() as paths, count_libentry_runs() as run:
         if error is None:
             assert mod.copy_(dst, src) is dst
         else:
             with pytest.raises(type(error)) as err:
                 mod.copy_(dst, src)
+    # only a copy whose bytes are disjoint replays the recorded launch
+    assert run.call_count == (variant == "overlapping_views") * 2
     if error is None:
         assert_bit_exact(buf, ref_buf, variant)
     else:
@@ -1208,7 +1230,7 @@ def test_copy_fast_path_checks_what_its_key_leaves_out(request, variant):
         assert_bit_exact(buf, before, f"{variant}: destination untouched")
     fallbacks = variant in ("src_neg", "dst_neg", "src_meta")
     assert paths.fallbacks == fallbacks
-    assert bool(paths.ranks) == (variant == "overlapping_views")
+    assert bool(paths.ranks) == (variant in ("overlapping_views", *_DISJOINT))
 
 
 @pytest.mark.copy_

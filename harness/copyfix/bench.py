@@ -531,7 +531,7 @@ def host(args):
         key = ours._launch_key(dst, src)
         launch = ours._launches.get(key)
         if launch is not None:  # LibEntry's cached kernel, launched as LibEntry does
-            runner, launch_args, _ = launch
+            runner, launch_args = launch[:2]
             columns["cached launch only"] = (
                 contextlib.nullcontext,
                 lambda: runner(sv, dv, *launch_args),

@@ -357,7 +357,12 @@ def _launch(dst: torch.Tensor, src: torch.Tensor, plan=None, key=None) -> None:
     if key is not None and key not in _launches:
         if len(_launches) >= _MAX_LAUNCHES:
             _launches.clear()
-        _launches[key] = _launch_and_record(kernel, src_view, dst_view)
+        launch = _launch_and_record(kernel, src_view, dst_view)
+        _launches[key] = launch and (
+            *launch,
+            (_max_offset(shape, dst_strides) + 1) * dst.element_size(),
+            (_max_offset(shape, src_strides) + 1) * src.element_size(),
+        )
     else:
         kernel(src_view, out0=dst_view)
 
@@ -368,11 +373,13 @@ def _launch(dst: torch.Tensor, src: torch.Tensor, plan=None, key=None) -> None:
 # the wrapper asked LibEntry to launch is recorded then: the kernel LibEntry compiled
 # and cached, the grid, and the argument list LibEntry builds for a cached kernel.
 # A later copy of that key would pass the same checks, so it tests only what the
-# key leaves out (zero tensors, negation, aliasing) and launches that kernel as
-# LibEntry does, `kernel[grid](*args)`. A key whose launch looked unexpected stays
-# on the wrapper.
+# key leaves out (zero tensors, negation, whether src and dst share a byte) and
+# launches that kernel as LibEntry does, `kernel[grid](*args)`. A key whose launch
+# looked unexpected stays on the wrapper.
 _MAX_LAUNCHES = 4096
-_launches = {}  # launch key -> (runner, arguments after src and dst, wrapper), or None
+# launch key -> (runner, arguments after src and dst, wrapper, bytes dst spans,
+# bytes src spans), or None
+_launches = {}
 # re-entrant (an RLock): a copy_ that runs inside a launch must not deadlock
 # on a record further up its own thread
 _record_lock = threading.RLock()
@@ -495,19 +502,18 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
         return dst.zero_()
     key = _launch_key(dst, src)
     launch = _launches.get(key)
-    if not (
-        launch is None
-        or dst.is_neg()
-        or src.is_neg()
-        or torch._C._is_alias_of(dst, src)
-    ):
-        runner, args, _ = launch
-        try:
-            runner(src, dst, *args)
-            return dst
-        except Exception as error:  # whatever it was, the wrapper still works
-            logger.debug("GEMS_KUNLUNXIN COPY_ fast launch failed: %r", error)
-            _launches[key] = None
+    if not (launch is None or dst.is_neg() or src.is_neg()):
+        runner, args, _, dst_span, src_span = launch
+        dst_ptr, src_ptr = dst.data_ptr(), src.data_ptr()
+        # no byte in common: whether they alias changes nothing (torch's checks
+        # and the snapshot below look only at copies whose bytes overlap)
+        if dst_ptr + dst_span <= src_ptr or src_ptr + src_span <= dst_ptr:
+            try:
+                runner(src, dst, *args)
+                return dst
+            except Exception as error:  # whatever it was, the wrapper still works
+                logger.debug("GEMS_KUNLUNXIN COPY_ fast launch failed: %r", error)
+                _launches[key] = None
 
     reason = _fallback_reason(dst, src)
     if reason is not None:
