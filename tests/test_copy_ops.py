@@ -1245,6 +1245,9 @@ def test_copy_on_another_device_takes_the_wrapper(monkeypatch, request, other):
     src = torch.randn(5, 6, device=DEVICE)
     dst = torch.empty(6, 5, device=DEVICE)
     elsewhere = types.SimpleNamespace(current_device=lambda: dst.get_device() + other)
+    # a wrapper generated now takes copy.py's globals, the real torch_device_fn
+    # among them; one generated under the patch would keep the stand-in for good
+    mod._copy_kernel.instantiate(2)
     monkeypatch.setattr(mod, "torch_device_fn", elsewhere)
     with count_libentry_runs() as run:
         for _ in range(2):
