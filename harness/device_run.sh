@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Harness: the GPU runs behind the recorded figures, on the lent NVIDIA machine (cuda mode).
 #   bash harness/device_run.sh STEP...
-# Steps: probe suite host bench main-suite main-host upstream. JSON results land in $OUT,
+# Steps: probe suite host bench main-suite main-host upstream main-upstream. JSON results land in $OUT,
 # the logs in $OUT/logs.tgz (the device tool brings back at most 8 files). Upstream
 # FlagGems travels in .upstream/ (git-ignored; made from the fetched mirror, never
-# committed): fgmain-src.tar.gz (main of 2026-08-21's src/) and v5.0.2/ (src, tests).
+# committed): fgmain-src.tar.gz (main of 2026-08-21's src/), v5.0.2/ and main/ (src, tests).
 # BENCH_ARGS, UPSTREAM_LIMIT and DEADLINE (seconds for all steps) budget the run.
 set -u
 cd "$(dirname "$0")/.."
@@ -36,6 +36,9 @@ for step in "$@"; do
     upstream) timeout "$(left)" python3 -m copyfix.upstream_check check .upstream/v5.0.2 --mode cuda -n 16 \
       --limit "$UPSTREAM_LIMIT" --machine "nvidia-h200: 1 H200, 16 CPU cores" \
       --results "$OUT/upstream_check_cuda.json" --no-docs > "$log" 2>&1 ;;
+    main-upstream) timeout "$(left)" python3 -m copyfix.upstream_check check .upstream/main --label main-2026-08-21 --mode cuda -n 16 \
+      --limit "$UPSTREAM_LIMIT" --machine "nvidia-h200: 1 H200, 16 CPU cores" \
+      --results "$OUT/upstream_check_cuda_main.json" --no-docs > "$log" 2>&1 ;;
   esac
   echo "=== $step rc=$? $(date +%T)"; grep -v -i "warn" "$log" | tail -n 4
 done

@@ -522,6 +522,7 @@ def cmd_check(args) -> int:
             "wall_s": round(time.monotonic() - started, 1),
             "run_wall_s": {k: v["meta"]["wall_s"] for k, v in runs.items()},
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            **_op_identity(),
         },
         "cases": cases,
     }
@@ -655,6 +656,13 @@ def write_docs() -> Path:
     return DOCS
 
 
+def _op_identity() -> dict:
+    """The copy.py measured (see copyfix.bench.op_identity)."""
+    from copyfix.bench import op_identity
+
+    return op_identity()
+
+
 def _doc_section(mode: str, label: str, sec: dict) -> str:
     s, m = sec["summary"], sec["meta"]
     v = m.get("versions") or {}
@@ -666,7 +674,8 @@ def _doc_section(mode: str, label: str, sec: dict) -> str:
         f"{m['selected']} of {m['selection_size']} selected cases"
         f"{' (--limit ' + str(m['limit']) + ', one file at a time)' if m.get('limit') else ''}"
         f" in {len(m['files'])} files; wall {m['wall_s']} s "
-        f"(base {m['run_wall_s']['base']} s, overlay {m['run_wall_s']['overlay']} s).",
+        f"(base {m['run_wall_s']['base']} s, overlay {m['run_wall_s']['overlay']} s); "
+        f"op `{(m.get('op_commit') or 'not recorded')[:12]}`.",
         "",
         _selection_note(m),
         "",
