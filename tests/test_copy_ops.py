@@ -597,6 +597,7 @@ def test_coalesce_ties_follow_tensoriterator(shape, dst_strides, src_strides, ex
 SAME_RANK_BROADCASTS = {
     # a (1, C) bias row into (N, C): the most common broadcast there is
     "row_1xC": ((1, 33), _same, (8, 33), _same, 2),
+    "row_into_two_rows": ((1, 33), _same, (2, 33), _same, 2),
     "first_row": ((5, 33), lambda s: s[:1], (8, 33), _same, 2),
     "row_into_transposed": ((1, 33), _same, (33, 8), lambda d: d.t(), 2),
     "row_into_step_slice": ((5, 33), lambda s: s[3:4], (8, 66), lambda d: d[:, ::2], 2),
@@ -740,6 +741,9 @@ def _overlap_cases():
     def transpose_back(x):
         return x.t(), x
 
+    def element_in_wider_element(x):  # an int16 inside the int32 it is part of
+        return x.view(torch.int16).view(-1)[1:2], x.view(torch.int32).view(-1)[:1]
+
     def shifted_back(x):
         return x[:-1], x[1:]
 
@@ -749,6 +753,7 @@ def _overlap_cases():
         "shifted": shifted,
         "element_inside": element_inside,
         "transpose_back": transpose_back,
+        "element_in_wider_element": element_in_wider_element,
         "shifted_back": shifted_back,
     }
 
@@ -765,6 +770,48 @@ def test_copy_overlap_errors(kind):
     assert str(err.value) == expected[1]
     assert paths.ranks == [] and paths.fallbacks == 0
     assert_bit_exact(x, cpu, f"{kind}: destination untouched")
+
+
+@pytest.mark.copy_
+def test_copy_alias_dense_row_from_strided_column():
+    # x[0] <- x[:, 0]: one element shared, the source not dense; torch cannot
+    # classify the overlap and copies without an error
+    cpu = torch.randn(4, 4)
+    x = cpu.to(DEVICE, copy=True)
+    with track_paths() as paths:
+        gems_copy_(x[0], x[:, 0])
+    ref = cpu.clone()
+    ref[0].copy_(ref[:, 0])
+    assert paths.fallbacks == 0 and paths.ranks
+    assert_bit_exact(x, ref, "row from column")
+
+
+@pytest.mark.copy_
+def test_copy_direct_call_defaults_to_a_blocking_copy(monkeypatch):
+    # torch's copy_ blocks unless asked not to, and so does a direct call's fallback
+    seen = []
+    redispatch = torch.ops.aten.copy_.default.redispatch
+
+    def spy(*args):
+        seen.append(args[-1])
+        return redispatch(*args)
+
+    monkeypatch.setattr(torch.ops.aten.copy_.default, "redispatch", spy)
+    src = torch._neg_view(torch.randn(3, 4, device=DEVICE))
+    copy_module().copy_(torch.zeros(3, 4, device=DEVICE), src)
+    copy_module().copy_(torch.zeros(3, 4, device=DEVICE), src, True)
+    assert seen == [False, True]
+
+
+@pytest.mark.copy_
+def test_copy_slice_kernel_is_kept():
+    # other kunlunxin ops (slice_scatter, select_scatter) import copy_slice from here
+    src = torch.randn(4, 6)
+    dst = torch.zeros(8, 6, device=DEVICE)
+    copy_module().copy_slice(src.to(DEVICE), out0=dst[::2])
+    ref = torch.zeros(8, 6)
+    ref[::2] = src
+    assert_bit_exact(dst, ref, "copy_slice into a step slice")
 
 
 @pytest.mark.copy_
@@ -1143,10 +1190,11 @@ _ALIASING = (
     "overlapping_views",
     "self_view",
     "adjacent_halves",
+    "adjacent_halves_dst_first",
     "bytes_shared_across_dtypes",
     "adjacent_across_dtypes",
 )
-_DISJOINT = ("adjacent_halves", "adjacent_across_dtypes")
+_DISJOINT = ("adjacent_halves", "adjacent_halves_dst_first", "adjacent_across_dtypes")
 
 
 def _views(variant, dst_buf, src_buf):
@@ -1159,6 +1207,8 @@ def _views(variant, dst_buf, src_buf):
         return dst_buf[:8], src_buf[7:15]
     if variant == "adjacent_halves":  # one storage, no byte in common
         return dst_buf[8:], src_buf[:8]
+    if variant == "adjacent_halves_dst_first":
+        return dst_buf[:8], src_buf[8:]
     if variant == "bytes_shared_across_dtypes":  # float32 [0, 32), int16 [24, 40)
         return dst_buf[:8], src_buf.view(torch.int16)[12:20]
     if variant == "adjacent_across_dtypes":  # float32 [16, 48), int16 [0, 16)
