@@ -744,6 +744,9 @@ def _overlap_cases():
     def element_in_wider_element(x):  # an int16 inside the int32 it is part of
         return x.view(torch.int16).view(-1)[1:2], x.view(torch.int32).view(-1)[:1]
 
+    def empty_source_inside(x):  # no bytes, so no overlap: torch's broadcast error
+        return x[0], x[0, 2:2]
+
     def shifted_back(x):
         return x[:-1], x[1:]
 
@@ -754,6 +757,7 @@ def _overlap_cases():
         "element_inside": element_inside,
         "transpose_back": transpose_back,
         "element_in_wider_element": element_in_wider_element,
+        "empty_source_inside": empty_source_inside,
         "shifted_back": shifted_back,
     }
 
@@ -770,6 +774,18 @@ def test_copy_overlap_errors(kind):
     assert str(err.value) == expected[1]
     assert paths.ranks == [] and paths.fallbacks == 0
     assert_bit_exact(x, cpu, f"{kind}: destination untouched")
+
+
+@pytest.mark.copy_
+def test_copy_alias_empty_destination_inside_a_source_element():
+    # an empty int16 view pointing into the int32 it aliases: no bytes, no overlap,
+    # nothing to do
+    cpu = torch.arange(16.0)
+    x = cpu.to(DEVICE, copy=True)
+    with track_paths() as paths:
+        gems_copy_(x.view(torch.int16)[1:1], x.view(torch.int32)[:1])
+    assert paths.ranks == [] and paths.fallbacks == 0
+    assert_bit_exact(x, cpu, "empty destination")
 
 
 @pytest.mark.copy_
@@ -800,7 +816,9 @@ def test_copy_direct_call_defaults_to_a_blocking_copy(monkeypatch):
     src = torch._neg_view(torch.randn(3, 4, device=DEVICE))
     copy_module().copy_(torch.zeros(3, 4, device=DEVICE), src)
     copy_module().copy_(torch.zeros(3, 4, device=DEVICE), src, True)
-    assert seen == [False, True]
+    copy_module().copy(torch.zeros(3, 4, device=DEVICE), src)  # functional copy
+    copy_module().copy(torch.zeros(3, 4, device=DEVICE), src, non_blocking=True)
+    assert seen == [False, True, False, True]
 
 
 @pytest.mark.copy_
