@@ -6,17 +6,24 @@ from unittest import mock
 
 import torch
 
-KERNELS = ("_copy_kernel", "_copy_to_bool_kernel")
+KERNELS = (
+    "_copy_kernel",
+    "_copy_to_bool_kernel",
+    "_copy_int_to_bf16_kernel",
+    "_copy_via_int64_kernel",
+)
 
 
 @dataclass
 class Paths:
     ranks: list = field(default_factory=list)  # one entry per launch
     fallbacks: int = 0
+    replays: int = 0  # launches that replayed a recorded launch (copy_'s fast path)
 
     def describe(self) -> str:
+        replayed = f", {self.replays} fast" if self.replays else ""
         parts = (
-            [f"Triton kernel x{len(self.ranks)} (rank {self.ranks})"]
+            [f"Triton kernel x{len(self.ranks)} (rank {self.ranks}{replayed})"]
             if self.ranks
             else []
         )
@@ -25,9 +32,35 @@ class Paths:
         return ", ".join(parts) or "no kernel, no fallback"
 
 
+class _CountedLaunches(dict):
+    """copy_'s recorded launches (`_launches`), each replay counted with its rank."""
+
+    def __init__(self, records, paths, kernels):
+        super().__init__(records)
+        self.paths, self.kernels = paths, kernels
+
+    def get(self, key, default=None):
+        launch = super().get(key, default)
+        if launch is None:
+            return launch
+        runner, args, wrapper, *spans = launch
+        rank = next(
+            (n for k in self.kernels for n, w in k.overloads.items() if w is wrapper),
+            None,
+        )
+
+        def counted_runner(*run_args):
+            runner(*run_args)
+            self.paths.ranks.append(rank)
+            self.paths.replays += 1
+
+        return (counted_runner, args, wrapper, *spans)
+
+
 @contextlib.contextmanager
 def track(module):
-    """Spy on `module`'s pointwise_dynamic kernels and on aten::copy_'s redispatch."""
+    """Spy on `module`'s pointwise_dynamic kernels, on its fast-launch replays (where
+    it has them) and on aten::copy_'s redispatch."""
     paths = Paths()
     op = torch.ops.aten.copy_.default
     redispatch = op.redispatch
@@ -43,14 +76,21 @@ def track(module):
         paths.fallbacks += 1
         return redispatch(*args, **kwargs)
 
+    kernels = [getattr(module, n) for n in KERNELS if hasattr(module, n)]
     with contextlib.ExitStack() as stack:
-        for name in KERNELS:
-            kernel = getattr(module, name, None)
-            if kernel is not None:
-                stack.enter_context(
-                    mock.patch.object(
-                        kernel, "instantiate", counting(kernel.instantiate)
-                    )
-                )
+        records = getattr(module, "_launches", None)
+        if isinstance(records, dict):
+            counted = _CountedLaunches(records, paths, kernels)
+
+            def keep_records():  # what was recorded meanwhile stays recorded
+                records.clear()
+                records.update(counted)
+
+            stack.callback(keep_records)
+            stack.enter_context(mock.patch.object(module, "_launches", counted))
+        for kernel in kernels:
+            stack.enter_context(
+                mock.patch.object(kernel, "instantiate", counting(kernel.instantiate))
+            )
         stack.enter_context(mock.patch.object(op, "redispatch", counting_redispatch))
         yield paths

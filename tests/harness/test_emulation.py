@@ -147,6 +147,24 @@ def fp32_rounding_cases():
     return fp32_from_bits(np.concatenate(cases))
 
 
+def test_tracking_counts_fast_launches_as_launches(request):
+    # the demo and the benchmark count copy_'s launches with copyfix.tracking: a
+    # replayed launch (copy_'s fast path) is a Triton launch like any other
+    from copyfix import tracking
+
+    module = emulation.copy_module()
+    module._launches.clear()
+    request.addfinalizer(module._launches.clear)
+    src = torch.randn(8, 6, device=DEV).t()
+    dst = torch.empty(6, 8, device=DEV)
+    with tracking.track(module) as paths:
+        module.copy_(dst, src)  # recorded
+        module.copy_(dst, src)  # replayed
+    assert paths.ranks == [2, 2] and paths.replays == 1 and paths.fallbacks == 0
+    assert sum(v is not None for v in module._launches.values()) == 1  # kept
+    assert_same_bits(dst, src)
+
+
 def test_activate_is_idempotent_and_reports():
     assert emulation.activate() == MODE
     assert emulation.activate(MODE) == MODE
