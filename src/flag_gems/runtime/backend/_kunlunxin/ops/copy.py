@@ -548,6 +548,6 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
         _launch(tmp, src.expand(dst.shape))
         src, src_strides = tmp, tmp.stride()
         plan = _plan(tuple(dst.shape), dst.stride(), src_strides)
-    # an aliasing copy is never launched fast: it is checked in full every time
+    # only a copy without aliasing records its key (an aliasing one may read a snapshot)
     _launch(dst, src, plan, None if aliased else key)
     return dst
