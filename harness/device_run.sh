@@ -22,6 +22,11 @@ main_env() {  # a second copy of the repo, composed over FlagGems main
   cd /tmp/rmain && export PYTHONPATH=/tmp/site:/tmp/rmain/build/composed:/tmp/rmain/harness
 }
 left() { local n=$((DEADLINE - SECONDS)); echo $((n > 1 ? n : 1)); }  # (timeout 0 = none)
+upstream_check() {  # CHECKOUT LABEL RESULT-FILE: upstream's tests, budgeted, cuda mode
+  timeout "$(left)" python3 -m copyfix.upstream_check check "$1" --label "$2" --mode cuda -n 16 \
+    --limit "$UPSTREAM_LIMIT" --machine "nvidia-h200: 1 H200, 16 CPU cores" \
+    --results "$OUT/$3" --no-docs
+}
 PYTEST="python3 -m pytest -q -n 16 -p no:cacheprovider -rfE"
 for step in "$@"; do
   echo "=== $step $(date +%T), $(left) s left"
@@ -33,12 +38,8 @@ for step in "$@"; do
     bench) timeout "$(left)" python3 -m copyfix.bench $BENCH_ARGS > "$log" 2>&1; cp results/copy_perf_accuracy_h200.json "$OUT/" ;;
     main-suite) (main_env && timeout "$(left)" $PYTEST > "$log" 2>&1) ;;
     main-host) (main_env && timeout "$(left)" python3 -m copyfix.bench host > "$log" 2>&1; cp results/copy_host_overhead_h200_*.json "$OUT/") ;;
-    upstream) timeout "$(left)" python3 -m copyfix.upstream_check check .upstream/v5.0.2 --mode cuda -n 16 \
-      --limit "$UPSTREAM_LIMIT" --machine "nvidia-h200: 1 H200, 16 CPU cores" \
-      --results "$OUT/upstream_check_cuda.json" --no-docs > "$log" 2>&1 ;;
-    main-upstream) timeout "$(left)" python3 -m copyfix.upstream_check check .upstream/main --label main-2026-08-21 --mode cuda -n 16 \
-      --limit "$UPSTREAM_LIMIT" --machine "nvidia-h200: 1 H200, 16 CPU cores" \
-      --results "$OUT/upstream_check_cuda_main.json" --no-docs > "$log" 2>&1 ;;
+    upstream) upstream_check .upstream/v5.0.2 v5.0.2 upstream_check_cuda.json > "$log" 2>&1 ;;
+    main-upstream) upstream_check .upstream/main main-2026-08-21 upstream_check_cuda_main.json > "$log" 2>&1 ;;
   esac
   echo "=== $step rc=$? $(date +%T)"; grep -v -i "warn" "$log" | tail -n 4
 done

@@ -182,6 +182,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _stop(proc, grace_s: float) -> None:
+    """Terminate `proc`, and kill it if it has not exited after `grace_s` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _wait_port(port: int, proc, seconds=60) -> None:
     end = time.time() + seconds
     while time.time() < end:
@@ -388,21 +398,12 @@ def run(args) -> int:
             proc.wait(timeout=args.budget_min * 60 if args.budget_min else None)
         except subprocess.TimeoutExpired:
             print(f"budget of {args.budget_min} min spent: stopping (--resume goes on)")
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _stop(proc, grace_s=30)
     finally:
         if args.rerun_survivors:
             undefer(session)
         for proc, log in workers:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            _stop(proc, grace_s=10)
             log.close()
     meta["runs"].append(
         {
