@@ -248,6 +248,7 @@ class Paths:
     def __init__(self):
         self.ranks = []  # one entry per Triton kernel launch: the kernel's rank
         self.fallbacks = 0  # aten copy_ redispatches
+        self.lookups = []  # the launch keys copy_ looked up
 
 
 @contextlib.contextmanager
@@ -279,6 +280,7 @@ def track_paths():
 
     class CountedLaunches(dict):  # copy_'s recorded launches, replays counted
         def get(self, key, default=None):
+            paths.lookups.append(key)
             launch = super().get(key, default)
             if launch is None:
                 return launch
@@ -1232,6 +1234,8 @@ def _views(variant, dst_buf, src_buf):
         return dst_buf.view(4, 4)[1:, :3], src_buf.view(4, 4)[:3, 1:]
     if variant == "self_view":
         return dst_buf.view(4, 4).t(), src_buf.view(4, 4).t()
+    if variant in ("src_zero", "dst_zero"):  # the layout of a ZeroTensor
+        return dst_buf.view(4, 4), src_buf.view(4, 4)
     return dst_buf.view(4, 4), src_buf.view(4, 4).t()
 
 
@@ -1243,6 +1247,8 @@ def _variant(variant, buf, src_buf):
         dst = torch._neg_view(dst)
     elif variant == "src_zero":
         src = torch._efficientzerotensor(src.shape, device=src.device)
+    elif variant == "dst_zero":
+        dst = torch._efficientzerotensor(dst.shape, device=dst.device)
     elif variant == "src_meta":
         src = src.to("meta")
     return dst, src
@@ -1250,7 +1256,7 @@ def _variant(variant, buf, src_buf):
 
 @pytest.mark.copy_
 @pytest.mark.parametrize(
-    "variant", ["src_neg", "dst_neg", "src_zero", "src_meta", *_ALIASING]
+    "variant", ["src_neg", "dst_neg", "src_zero", "dst_zero", "src_meta", *_ALIASING]
 )
 def test_copy_fast_path_checks_what_its_key_leaves_out(request, variant):
     # A recorded launch key stands for checks passed by its dtypes, devices, shapes,
@@ -1263,8 +1269,8 @@ def test_copy_fast_path_checks_what_its_key_leaves_out(request, variant):
     cpu = torch.arange(16, dtype=torch.float32) - 5
     plain = _views(variant, torch.zeros(16, device=DEVICE), cpu.to(DEVICE))
     gems_copy_(*plain)
-    key = mod._launch_key(*plain)
-    assert mod._launches.get(key) is not None
+    ((key, launch),) = mod._launches.items()
+    assert launch is not None
     aliasing = variant in _ALIASING
     buf = cpu.to(DEVICE, copy=True) if aliasing else torch.zeros(16, device=DEVICE)
     ref_buf = cpu.clone() if aliasing else torch.zeros(16)
@@ -1272,8 +1278,6 @@ def test_copy_fast_path_checks_what_its_key_leaves_out(request, variant):
     ref_dst, ref_src = _variant(variant, ref_buf, cpu)
     if variant == "overlapping_views":  # every element reads its old value
         ref_src = ref_src.clone()
-    if variant not in ("src_zero", "src_meta"):
-        assert mod._launch_key(dst, src) == key
     before = buf.cpu()
     try:
         ref_dst.copy_(ref_src)
@@ -1286,7 +1290,13 @@ def test_copy_fast_path_checks_what_its_key_leaves_out(request, variant):
         else:
             with pytest.raises(type(error)) as err:
                 mod.copy_(dst, src)
-    # only a copy whose bytes are disjoint replays the recorded launch
+    # each variant but src_meta looks up the recorded key; only a copy whose bytes
+    # are disjoint replays its launch, and no replay failed (that drops the record)
+    if variant == "src_meta":
+        assert len(paths.lookups) == 1 and paths.lookups[0] != key
+    else:
+        assert paths.lookups == [key]
+    assert mod._launches[key] is launch
     assert run.call_count == (variant == "overlapping_views") * 2
     if error is None:
         assert_bit_exact(buf, ref_buf, variant)
@@ -1309,16 +1319,37 @@ def test_copy_on_another_device_takes_the_wrapper(monkeypatch, request, other):
     request.addfinalizer(mod._launches.clear)
     src = torch.randn(5, 6, device=DEVICE)
     dst = torch.empty(6, 5, device=DEVICE)
-    elsewhere = types.SimpleNamespace(current_device=lambda: dst.get_device() + other)
-    # a wrapper generated now takes copy.py's globals, the real torch_device_fn
-    # among them; one generated under the patch would keep the stand-in for good
-    mod._copy_kernel.instantiate(2)
-    monkeypatch.setattr(mod, "torch_device_fn", elsewhere)
+    monkeypatch.setattr(mod, "_current_device", lambda: dst.get_device() + other)
     with count_libentry_runs() as run:
         for _ in range(2):
             gems_copy_(dst, src.t())
             assert_bit_exact(dst, host_view(src).t().contiguous(), "elsewhere")
     assert run.call_count == 2 and not mod._launches
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("accelerator", ["flag_gems_device", "other", "none", "absent"])
+def test_copy_reads_the_current_device_libentry_keys_on(monkeypatch, accelerator):
+    # The launch key holds the current device index, which LibEntry reads with
+    # torch_device_fn.current_device(). torch.accelerator's query reads the same
+    # index without a lazy-init check, so copy_ takes it where the accelerator is
+    # FlagGems' device type, and torch_device_fn's everywhere else.
+    mod = copy_module()
+    assert mod._current_device() == mod.torch_device_fn.current_device()
+    if accelerator == "absent":  # a torch without torch.accelerator
+        monkeypatch.delattr(torch, "accelerator")
+    else:
+        current = {
+            "flag_gems_device": torch.device(flag_gems.runtime.device.name),
+            "other": torch.device("meta"),
+            "none": None,
+        }[accelerator]
+        monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: current)
+    query = mod._device_index_query()
+    if accelerator == "flag_gems_device":
+        assert query is torch.accelerator.current_device_index
+    else:
+        assert query is mod.torch_device_fn.current_device
 
 
 @pytest.mark.copy_

@@ -336,9 +336,9 @@ def _launch(dst: torch.Tensor, src: torch.Tensor, plan=None, key=None) -> None:
     """Copy src into dst with the Triton kernel.
 
     `plan` is _plan() of dst's shape and strides and src's strides broadcast to
-    that shape; without it src must already have dst's shape. A `key` from
-    _launch_key() seen for the first time has its launch recorded for copy_'s
-    fast path.
+    that shape; without it src must already have dst's shape. A launch `key`
+    from copy_ seen for the first time has its launch recorded for copy_'s fast
+    path.
     """
     if plan is None:
         plan = _plan(tuple(dst.shape), dst.stride(), src.stride())
@@ -368,14 +368,16 @@ def _launch(dst: torch.Tensor, src: torch.Tensor, plan=None, key=None) -> None:
 
 
 # Fast launch. The checks, the generated wrapper and LibEntry.run cost tens of
-# microseconds of host time per copy. The first copy of a key (_launch_key: dtypes,
-# devices, shapes, strides, pointer alignment) goes through all of them, and what
-# the wrapper asked LibEntry to launch is recorded then: the kernel LibEntry compiled
-# and cached, the grid, and the argument list LibEntry builds for a cached kernel.
-# A later copy of that key would pass the same checks, so it tests only what the
-# key leaves out (zero tensors, negation, whether src and dst share a byte) and
-# launches that kernel as LibEntry does, `kernel[grid](*args)`. A key whose launch
-# looked unexpected stays on the wrapper.
+# microseconds of host time per copy. The first copy of a launch key (built in
+# copy_: dtypes, devices, the current device, shapes, strides, pointer alignment)
+# goes through all of them, and what the wrapper asked LibEntry to launch is
+# recorded then: the kernel LibEntry compiled and cached, the grid, and the
+# argument list LibEntry builds for a cached kernel. Only a copy on the current
+# device records (the wrapper enters dst's device; a cached kernel launches on the
+# current one). A later copy of that key would pass the same checks, so it tests
+# only what the key leaves out (zero tensors, negation, whether src and dst share
+# a byte), first of all, and launches that kernel as LibEntry does,
+# `kernel[grid](*args)`. A key whose launch looked unexpected stays on the wrapper.
 _MAX_LAUNCHES = 4096
 # launch key -> (runner, arguments after src and dst, wrapper, bytes dst spans,
 # bytes src spans), or None
@@ -385,28 +387,21 @@ _launches = {}
 _record_lock = threading.RLock()
 
 
-def _launch_key(dst: torch.Tensor, src: torch.Tensor):
-    """What copy_'s checks and LibEntry's kernel choice read from a tensor pair,
-    per-tensor bits aside; None for a pair never launched fast."""
-    device = torch_device_fn.current_device()
-    if dst.get_device() != device:  # LibEntry's cached kernels are per current device
-        return None
-    try:
-        return (
-            dst.dtype,
-            src.dtype,
-            dst.device,
-            src.device,
-            device,
-            dst.shape,
-            src.shape,
-            dst.stride(),
-            src.stride(),
-            dst.data_ptr() % 16 == 0,  # LibEntry compiles per 16-byte alignment
-            src.data_ptr() % 16 == 0,
-        )
-    except RuntimeError:  # no strides (sparse, mkldnn) or no storage
-        return None
+def _device_index_query():
+    """The cheapest query of the current device index, the one LibEntry keys its
+    cache on: torch.accelerator's (a direct read, where torch_device_fn's goes
+    through a lazy-init check first) when it serves FlagGems' device type, else
+    torch_device_fn.current_device."""
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None:
+        current = accelerator.current_accelerator()  # (does not initialize it)
+        query = getattr(accelerator, "current_device_index", None)
+        if current is not None and current.type == device.name and query:
+            return query
+    return torch_device_fn.current_device
+
+
+_current_device = _device_index_query()
 
 
 def _launch_and_record(wrapper, src, dst):
@@ -492,6 +487,42 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
     if not isinstance(src, torch.Tensor):
         src = _scalar_to_tensor(src, dst)
 
+    device = _current_device()  # LibEntry's cached kernels are per current device
+    try:
+        dst_ptr, src_ptr = dst.data_ptr(), src.data_ptr()
+        # what copy_'s checks and LibEntry's kernel choice read from the pair,
+        # per-tensor bits aside (LibEntry compiles per 16-byte alignment)
+        key = (
+            dst.dtype,
+            src.dtype,
+            dst.device,
+            src.device,
+            device,
+            dst.shape,
+            src.shape,
+            dst.stride(),
+            src.stride(),
+            dst_ptr % 16 == 0,
+            src_ptr % 16 == 0,
+        )
+    except RuntimeError:  # no strides (sparse, mkldnn) or no storage
+        key = None
+    launch = _launches.get(key)
+    # A ZeroTensor's data pointer is null (as is a meta or empty tensor's): with
+    # both pointers set, what the key leaves out is negation and shared bytes.
+    if launch is not None and dst_ptr and src_ptr:
+        runner, args, _, dst_span, src_span = launch
+        # no byte in common: whether they alias changes nothing (torch's checks
+        # and the snapshot below look only at copies whose bytes overlap)
+        disjoint = dst_ptr + dst_span <= src_ptr or src_ptr + src_span <= dst_ptr
+        if disjoint and not (dst.is_neg() or src.is_neg()):
+            try:
+                runner(src, dst, *args)
+                return dst
+            except Exception as error:  # whatever it was, the wrapper still works
+                logger.debug("GEMS_KUNLUNXIN COPY_ fast launch failed: %r", error)
+                _launches[key] = None
+
     # same order of checks as aten::copy_
     if dst._is_zerotensor():
         raise RuntimeError(
@@ -500,21 +531,6 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
         )
     if src._is_zerotensor():
         return dst.zero_()
-    key = _launch_key(dst, src)
-    launch = _launches.get(key)
-    if not (launch is None or dst.is_neg() or src.is_neg()):
-        runner, args, _, dst_span, src_span = launch
-        dst_ptr, src_ptr = dst.data_ptr(), src.data_ptr()
-        # no byte in common: whether they alias changes nothing (torch's checks
-        # and the snapshot below look only at copies whose bytes overlap)
-        if dst_ptr + dst_span <= src_ptr or src_ptr + src_span <= dst_ptr:
-            try:
-                runner(src, dst, *args)
-                return dst
-            except Exception as error:  # whatever it was, the wrapper still works
-                logger.debug("GEMS_KUNLUNXIN COPY_ fast launch failed: %r", error)
-                _launches[key] = None
-
     reason = _fallback_reason(dst, src)
     if reason is not None:
         return _fallback(dst, src, non_blocking, reason)
@@ -548,6 +564,8 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
         _launch(tmp, src.expand(dst.shape))
         src, src_strides = tmp, tmp.stride()
         plan = _plan(tuple(dst.shape), dst.stride(), src_strides)
-    # only a copy without aliasing records its key (an aliasing one may read a snapshot)
-    _launch(dst, src, plan, None if aliased else key)
+    # only a copy on the current device without aliasing records its key (an
+    # aliasing one may read a snapshot)
+    record = not aliased and dst.get_device() == device
+    _launch(dst, src, plan, key if record else None)
     return dst
