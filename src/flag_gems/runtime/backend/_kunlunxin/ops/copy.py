@@ -387,23 +387,6 @@ _launches = {}
 _record_lock = threading.RLock()
 
 
-def _device_index_query():
-    """The cheapest query of the current device index, the one LibEntry keys its
-    cache on: torch.accelerator's (a direct read, where torch_device_fn's goes
-    through a lazy-init check first) when it serves FlagGems' device type, else
-    torch_device_fn.current_device."""
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None:
-        current = accelerator.current_accelerator()  # (does not initialize it)
-        query = getattr(accelerator, "current_device_index", None)
-        if current is not None and current.type == device.name and query:
-            return query
-    return torch_device_fn.current_device
-
-
-_current_device = _device_index_query()
-
-
 def _launch_and_record(wrapper, src, dst):
     """Copy through the generated wrapper; return what to launch next time, or None."""
     entries = [v for v in wrapper.__globals__.values() if isinstance(v, LibEntry)]
@@ -487,7 +470,8 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
     if not isinstance(src, torch.Tensor):
         src = _scalar_to_tensor(src, dst)
 
-    device = _current_device()  # LibEntry's cached kernels are per current device
+    # LibEntry's cached kernels are per current device
+    device = torch_device_fn.current_device()
     try:
         dst_ptr, src_ptr = dst.data_ptr(), src.data_ptr()
         # what copy_'s checks and LibEntry's kernel choice read from the pair,
