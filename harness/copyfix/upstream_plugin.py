@@ -61,14 +61,7 @@ def _activate() -> None:
     mode = os.environ.get(emulation.ENV_MODE) or None
     if mode == "cpu":
         _cap_memory()
-    if mode == "cpu" and "triton" not in sys.modules:
-        # xdist workers inherit TRITON_INTERPRET=1 from the controller, whose cpu-mode
-        # activation set it.  With it set at `import triton`, Triton's own @jit library
-        # functions become stock InterpretedFunction objects, which the cpu emulation's
-        # JITFunction stand-in cannot reference ("Unsupported function referenced").
-        # Import Triton without it; activate() sets it again before flag_gems' kernels.
-        os.environ.pop("TRITON_INTERPRET", None)
-        import triton  # noqa: F401
+    # (in cpu mode activate() also copes with a TRITON_INTERPRET inherited by xdist workers)
     emulation.activate(mode)
 
 

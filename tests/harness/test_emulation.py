@@ -624,6 +624,43 @@ def test_cuda_mode_activation_smoke():
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
 
 
+def test_cpu_mode_in_a_child_that_inherits_triton_interpret():
+    """An xdist worker inherits TRITON_INTERPRET=1 from a controller whose cpu-mode
+    activation set it; activate('cpu') must still work there (Triton imported with
+    it set turns its own @jit functions into stock InterpretedFunctions)."""
+    if MODE == "native":  # the XPU box's torch/triton are not the emulated versions
+        assert emulation.activate("native") == "native"
+        return
+    code = (
+        "import torch\n"
+        "from copyfix import emulation as e\n"
+        "assert e.activate('cpu') == 'cpu'\n"
+        "m = e.copy_module()\n"
+        "a = torch.arange(12.0).reshape(3, 4)\n"
+        "d = torch.empty(4, 3)\n"
+        "m.copy_(d, a.t())\n"
+        "assert torch.equal(d, a.t())\n"
+        "assert len(m._launches) == 1 and None not in m._launches.values()\n"
+        "print('ok')\n"
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("GEMS_VENDOR", emulation.ENV_MODE)
+    }
+    env["TRITON_INTERPRET"] = "1"
+    env["CUDA_VISIBLE_DEVICES"] = ""  # cpu mode on a CUDA build of torch
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
 def test_fast_launch_passes_the_arguments_libentry_passes(request):
     """copy_'s fast launch replays LibEntry's own launch of its cached kernel: the
     same kernel object, grid and argument list (in cpu mode LibEntry runs for real,

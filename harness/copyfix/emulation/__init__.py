@@ -226,6 +226,8 @@ def activate(mode: str | None = None) -> str:
                 f"emulation already active in {MODE!r} mode; cannot switch to {mode!r}"
             )
         return MODE
+    if mode == "cpu":
+        interpreter.import_triton_uninterpreted()  # (before _check_versions imports it)
     base = _check_versions(mode)
     if mode != "native" and "flag_gems" in sys.modules:
         raise RuntimeError(

@@ -58,6 +58,20 @@ class InterpretedKernel:
         return runner
 
 
+def import_triton_uninterpreted() -> None:
+    """Import Triton with TRITON_INTERPRET unset, before anything else imports it.
+
+    A child process (an xdist worker) inherits TRITON_INTERPRET=1 from a parent whose
+    cpu-mode activation set it. Set at `import triton`, it turns Triton's own @jit
+    library functions into stock InterpretedFunction objects, which the JITFunction
+    stand-in of patch_triton_interpreter cannot reference ("Unsupported function
+    referenced"). setup_cpu_environment sets it again afterwards.
+    """
+    if "triton" not in sys.modules:
+        os.environ.pop("TRITON_INTERPRET", None)
+        import triton  # noqa: F401
+
+
 def setup_cpu_environment() -> None:
     os.environ["GEMS_VENDOR"] = "kunlunxin"
     # triton 3.6.0 triton.knobs.runtime.interpret reads TRITON_INTERPRET lazily, at each
