@@ -589,6 +589,21 @@ def test_strided_buffer_launch_through_the_pointwise_call_path():
     assert_same_bits(dst, src.t().to(torch.bfloat16))
 
 
+def assert_child_prints_ok(code, drop, **env_vars):
+    """Run `code` in a fresh interpreter, with this process's environment less the
+    `drop` variables plus `env_vars`: it must exit 0 and print 'ok'."""
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update(env_vars, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
 def test_cuda_mode_activation_smoke():
     """cuda mode can only really run on a GPU box; here check that activating it applies
     exactly its patches (in a fresh interpreter, without importing flag_gems)."""
@@ -608,20 +623,7 @@ def test_cuda_mode_activation_smoke():
         "assert 'flag_gems' not in sys.modules\n"
         "print('ok')\n"
     )
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("TRITON_INTERPRET", "GEMS_VENDOR")
-    }
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+    assert_child_prints_ok(code, drop=("TRITON_INTERPRET", "GEMS_VENDOR"))
 
 
 def test_cpu_mode_in_a_child_that_inherits_triton_interpret():
@@ -643,22 +645,12 @@ def test_cpu_mode_in_a_child_that_inherits_triton_interpret():
         "assert len(m._launches) == 1 and None not in m._launches.values()\n"
         "print('ok')\n"
     )
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("GEMS_VENDOR", emulation.ENV_MODE)
-    }
-    env["TRITON_INTERPRET"] = "1"
-    env["CUDA_VISIBLE_DEVICES"] = ""  # cpu mode on a CUDA build of torch
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    assert_child_prints_ok(
+        code,
+        drop=("GEMS_VENDOR", emulation.ENV_MODE),
+        TRITON_INTERPRET="1",
+        CUDA_VISIBLE_DEVICES="",  # cpu mode on a CUDA build of torch
     )
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
 
 
 def test_fast_launch_passes_the_arguments_libentry_passes(request):
