@@ -19,6 +19,7 @@ recorded per case (aten_error) instead of aborting the run.
 import argparse
 import contextlib
 import cProfile
+import functools
 import importlib.util
 import io
 import json
@@ -176,6 +177,13 @@ def _python_kernel_floor(torch, dispatch_key):
         yield
     finally:
         lib._destroy()
+
+
+@contextlib.contextmanager
+def _gems_noop_launch(gems, ours, key, launch):
+    """copy_ dispatched to ours, with the launch recorded for `key` made a no-op."""
+    with gems(), mock.patch.dict(ours._launches, {key: (_noop_launch, *launch[1:])}):
+        yield
 
 
 def _launch_path(ours) -> str:
@@ -412,14 +420,16 @@ def report():
             "launches it, `kernel[grid](*args)`, with nothing around it;",
             "- *floor/aten*: the two together over aten, what any Python op that "
             "launches one Triton kernel through the public protocol pays at least;",
+            "- *launch a no-op*: ours dispatched with its launch made a no-op; less the "
+            "floor, what our checks cost in place;",
             "- *our checks only*: copy_ called directly with its launch made a no-op;",
             "- *fast path off*: the same copy_ with every layout left on the "
             "generated wrapper (LibEntry.run, JITFunction.run on a first launch).",
             "",
             "| layout | aten | ours dispatched | ours/aten | python dispatch floor "
-            "| cached launch only | floor/aten | our checks only | fast path off "
-            "| generated wrapper only | base copy_ |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| cached launch only | floor/aten | launch a no-op | our checks only "
+            "| fast path off | generated wrapper only | base copy_ |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for layout, row in data["host_us"].items():
             after, aten = row["ours dispatched"], row["aten"]
@@ -430,7 +440,9 @@ def report():
             lines.append(
                 f"| {layout} | {aten:.1f} | {after:.1f} | {after / aten:.2f} | "
                 f"{_fmt(dispatch, '.1f')} | {_fmt(launch, '.1f')} | "
-                f"{_fmt(floor, '.2f')} | {_fmt(row.get('our checks only'), '.1f')} | "
+                f"{_fmt(floor, '.2f')} | "
+                f"{_fmt(row.get('ours dispatched, launch a no-op'), '.1f')} | "
+                f"{_fmt(row.get('our checks only'), '.1f')} | "
                 f"{_fmt(row.get('ours dispatched, fast path off'), '.1f')} | "
                 f"{row['generated wrapper only']:.1f} | "
                 f"{'n/a (aten path)' if base_us is None else f'{base_us:.1f}'} |"
@@ -536,6 +548,11 @@ def host(args):
                 contextlib.nullcontext,
                 lambda: runner(sv, dv, *launch_args),
             )
+            # dispatched as above, its launch made a no-op: our checks in place
+            columns["ours dispatched, launch a no-op"] = (
+                functools.partial(_gems_noop_launch, gems, ours, key, launch),
+                lambda: dst.copy_(src),
+            )
         row = timer.host_us_interleaved(columns)
         with flag_gems.use_gems(include=["copy_"]):
             # the same copy_ with every layout left on the generated wrapper
@@ -583,8 +600,9 @@ def host(args):
                     "median_dispatched_over_aten": round(ratio, 3),
                     "median_floor_over_aten": floor and round(floor, 3),
                     "timing": "median of 15 interleaved rounds of 300 back-to-back "
-                    "calls for aten, ours dispatched, python dispatch floor and cached "
-                    "launch only; 5 consecutive rounds for the other columns",
+                    "calls for aten, ours dispatched, python dispatch floor, cached "
+                    "launch only and ours dispatched with the launch a no-op; 5 "
+                    "consecutive rounds for the other columns",
                     "host_us": rows,
                 },
                 indent=1,

@@ -214,9 +214,9 @@ def _max_offset(shape, strides):
     return sum((n - 1) * s for n, s in zip(shape, strides))
 
 
-def _byte_range(t: torch.Tensor):
-    begin = t.data_ptr()
-    return begin, begin + t.numel() * t.element_size()
+def _span_bytes(shape, strides, element_size):
+    """Bytes from a non-empty view's first element to the end of its last."""
+    return (_max_offset(shape, strides) + 1) * element_size
 
 
 def _check_partial_overlap(dst: torch.Tensor, src: torch.Tensor) -> bool:
@@ -229,9 +229,11 @@ def _check_partial_overlap(dst: torch.Tensor, src: torch.Tensor) -> bool:
     """
     if dst.numel() == 0 or src.numel() == 0:
         return False
-    (d0, d1), (s0, s1) = _byte_range(dst), _byte_range(src)
+    d0, s0 = dst.data_ptr(), src.data_ptr()
+    d1 = d0 + _span_bytes(dst.shape, dst.stride(), dst.element_size())
+    s1 = s0 + _span_bytes(src.shape, src.stride(), src.element_size())
     dense = torch.ops.aten.is_non_overlapping_and_dense
-    if dense(dst) and dense(src):
+    if dense(dst) and dense(src):  # (a dense view spans exactly numel elements)
         if (d0, d1) == (s0, s1):
             if dst.stride() != src.stride():
                 raise RuntimeError(_PARTIAL_OVERLAP_MSG)
@@ -239,9 +241,7 @@ def _check_partial_overlap(dst: torch.Tensor, src: torch.Tensor) -> bool:
         if d0 < s1 and s0 < d1:
             raise RuntimeError(_PARTIAL_OVERLAP_MSG)
         return False
-    s_end = s0 + src.element_size() * (_max_offset(src.shape, src.stride()) + 1)
-    d_end = d0 + dst.element_size() * (_max_offset(dst.shape, dst.stride()) + 1)
-    return s0 < d_end and d0 < s_end
+    return s0 < d1 and d0 < s1
 
 
 @functools.lru_cache(maxsize=4096)
@@ -360,8 +360,8 @@ def _launch(dst: torch.Tensor, src: torch.Tensor, plan=None, key=None) -> None:
         launch = _launch_and_record(kernel, src_view, dst_view)
         _launches[key] = launch and (
             *launch,
-            (_max_offset(shape, dst_strides) + 1) * dst.element_size(),
-            (_max_offset(shape, src_strides) + 1) * src.element_size(),
+            _span_bytes(shape, dst_strides, dst.element_size()),
+            _span_bytes(shape, src_strides, src.element_size()),
         )
     else:
         kernel(src_view, out0=dst_view)
