@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Harness: the GPU runs behind the recorded figures, on the lent NVIDIA machine (cuda mode).
 #   bash harness/device_run.sh STEP...
-# Steps: probe suite host bench main-suite main-host upstream main-upstream. JSON results land in $OUT,
+# Steps: probe suite host host-again bench main-suite main-host upstream main-upstream. JSON results land in $OUT,
 # the logs in $OUT/logs.tgz (the device tool brings back at most 8 files). Upstream
 # FlagGems travels in .upstream/ (git-ignored; made from the fetched mirror, never
 # committed): fgmain-src.tar.gz (main of 2026-08-21's src/), v5.0.2/ and main/ (src, tests).
@@ -35,6 +35,10 @@ for step in "$@"; do
     probe) timeout "$(left)" python3 -m copyfix.probe_conversions --out "$OUT/conversions_h200.json" > "$log" 2>&1 ;;
     suite) timeout "$(left)" $PYTEST > "$log" 2>&1 ;;
     host) timeout "$(left)" python3 -m copyfix.bench host --profile > "$log" 2>&1; cp results/copy_host_overhead_h200.json "$OUT/" ;;
+    host-again)  # the spread between runs of one op on one machine start: kept with the logs
+      n=$(ls $LOGS | grep -c '^host-again-')
+      timeout "$(left)" python3 -m copyfix.bench host > "$log" 2>&1
+      cp results/copy_host_overhead_h200.json "$LOGS/host-again-$n.json" ;;
     bench) timeout "$(left)" python3 -m copyfix.bench $BENCH_ARGS > "$log" 2>&1; cp results/copy_perf_accuracy_h200.json "$OUT/" ;;
     main-suite) (main_env && timeout "$(left)" $PYTEST > "$log" 2>&1) ;;
     main-host) (main_env && timeout "$(left)" python3 -m copyfix.bench host > "$log" 2>&1; cp results/copy_host_overhead_h200_*.json "$OUT/") ;;
