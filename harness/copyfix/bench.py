@@ -454,6 +454,7 @@ def report():
                 f"Median ours dispatched / aten: {data['median_dispatched_over_aten']:.2f}"
                 + ("." if floor is None else f"; median floor / aten: {floor:.2f}."),
             ]
+    lines += _runs_table()
     (DOCS / "PERFORMANCE_ACCURACY.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {DOCS / 'PERFORMANCE_ACCURACY.md'}")
 
@@ -594,6 +595,7 @@ def host(args):
                     "versions": emulation.versions(),
                     "device": torch.cuda.get_device_name(),
                     "numel": HOST_SIDE * HOST_SIDE,
+                    "measured_at": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
                     "launch_path": sorted(set(paths.values())),
                     "launch_path_per_layout": paths,
                     **op_identity(),
@@ -624,14 +626,81 @@ def host(args):
     return 0
 
 
+RUNS = RESULTS / "copy_host_runs.json"
+
+
+def add_runs(paths, at, note):
+    """Record host runs (their JSONs, committed or not) in RUNS: one host run is
+    one draw from a noisy host, and the spread between draws belongs with it."""
+    runs = json.loads(RUNS.read_text()) if RUNS.is_file() else []
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        floors = [r["python dispatch floor"] for r in data["host_us"].values()]
+        when = data.get("measured_at") or at
+        runs.append(
+            {
+                "measured_at": when,
+                "order": 1 + sum(r["measured_at"] == when for r in runs),
+                "device": data["device"],
+                "versions": data["versions"],
+                "op_commit": data.get("op_commit"),
+                "median_dispatched_over_aten": data["median_dispatched_over_aten"],
+                "median_floor_over_aten": data.get("median_floor_over_aten"),
+                "median_dispatch_floor_us": round(statistics.median(floors), 2),
+                "note": note,
+            }
+        )
+    RESULTS.mkdir(exist_ok=True)
+    RUNS.write_text(json.dumps(runs, indent=1) + "\n")
+    print(f"wrote {RUNS} ({len(runs)} runs)")
+
+
+def _runs_table():
+    if not RUNS.is_file():
+        return []
+    runs = json.loads(RUNS.read_text())
+    lines = [
+        "",
+        f"## Host cost, run to run (`results/{RUNS.name}`)",
+        "",
+        "Every `bench host` run recorded with `python -m copyfix.bench runs`, the "
+        "committed ones and the others alike, in the order they ran. The dispatch floor "
+        "(a Python kernel that does nothing) measures the host's own state.",
+        "",
+        "| measured (UTC) | # | device | base | op | ours/aten | floor/aten "
+        "| dispatch floor µs | note |",
+        "|---|---:|---|---|---|---:|---:|---:|---|",
+    ]
+    for r in runs:
+        lines.append(
+            f"| {r['measured_at']} | {r['order']} | {r['device']} | "
+            f"{r['versions']['flag_gems']} | `{(r['op_commit'] or 'unknown')[:8]}` | "
+            f"{r['median_dispatched_over_aten']:.3f} | "
+            f"{_fmt(r['median_floor_over_aten'], '.3f')} | "
+            f"{r['median_dispatch_floor_us']:.2f} | {r['note']} |"
+        )
+    return lines
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="copyfix.bench")
     parser.add_argument(
-        "cmd", nargs="?", default="measure", choices=("measure", "report", "host")
+        "cmd",
+        nargs="?",
+        default="measure",
+        choices=("measure", "report", "host", "runs"),
     )
     parser.add_argument("--sides", type=int, nargs="*")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("files", nargs="*", help="runs: host JSONs, in run order")
+    parser.add_argument(
+        "--at", help="runs: when their call began, for JSONs without measured_at"
+    )
+    parser.add_argument("--note", default="", help="runs: a note for each")
     args = parser.parse_args(argv)
+    if args.cmd == "runs":
+        add_runs(args.files, args.at, args.note)
+        return 0
     if args.cmd == "report":
         report()
         return 0
