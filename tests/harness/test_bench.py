@@ -44,4 +44,4 @@ def test_runs_keep_every_run_in_order(tmp_path, monkeypatch):
     assert [r["median_dispatch_floor_us"] for r in runs] == [5.75, 5.15, 5.2]
     table = bench._runs_table()
     assert len([line for line in table if line.startswith("| 10:18 |")]) == 2
-    assert "| 2.200 | 1.400 | 5.75 | x |" in table[-3]
+    assert "| 2.200 | 1.400 | n/a | 5.75 | x |" in table[-3]
