@@ -185,10 +185,15 @@ def _python_kernel_floor(torch, dispatch_key, kernel=_noop_copy_):
         lib._destroy()
 
 
+def _noop_launch_of(ours, key, launch):
+    """Ours with the launch recorded for `key` made a no-op (a context manager)."""
+    return mock.patch.dict(ours._launches, {key: (_noop_launch, *launch[1:])})
+
+
 @contextlib.contextmanager
 def _gems_noop_launch(gems, ours, key, launch):
     """copy_ dispatched to ours, with the launch recorded for `key` made a no-op."""
-    with gems(), mock.patch.dict(ours._launches, {key: (_noop_launch, *launch[1:])}):
+    with gems(), _noop_launch_of(ours, key, launch):
         yield
 
 
@@ -596,7 +601,7 @@ def host(args):
                 )
         row["generated wrapper only"] = timer.host_us(lambda: wrapper(sv, out0=dv))
         if launch is not None:  # copy_ called directly, its launch made a no-op
-            with mock.patch.dict(ours._launches, {key: (_noop_launch, *launch[1:])}):
+            with _noop_launch_of(ours, key, launch):
                 row["our checks only"] = timer.host_us(lambda: ours.copy_(dst, src))
         if src.is_contiguous():  # the base sends strided sources to aten
             row[base_key] = timer.host_us(lambda: base.copy_(dst, src))
