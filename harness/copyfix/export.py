@@ -24,12 +24,22 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 COPY_PY = "src/flag_gems/runtime/backend/_kunlunxin/ops/copy.py"
-# What goes upstream, at the same paths in a FlagGems checkout.
+# PR 1 (KunlunXIN strided copy_): what goes upstream, at the same paths in a FlagGems checkout.
 PR_FILES = [
     COPY_PY,
     "tests/test_copy_ops.py",
     "benchmark/test_copy_strided.py",
 ]
+
+
+class PR:
+    """One upstream PR: its files, the file whose pre-image it needs, branch, message."""
+
+    def __init__(self, name, files, preimage_path, branch, message):
+        self.name, self.files, self.preimage_path = name, list(files), preimage_path
+        self.branch, self.message = branch, message
+
+
 # `git apply`-able diffs of the op, one per base it was written against (the seed's
 # copy.patch is the 5.0.2 one).  The installed base picks which one is checked/written.
 PATCHES = {
@@ -65,11 +75,55 @@ benchmark/test_copy_strided.py.
 """
 
 
-def preimages() -> list[str]:
+
+def _prs() -> dict:
+    prs = {"kunlunxin": PR("kunlunxin", PR_FILES, COPY_PY, BRANCH, COMMIT_MESSAGE)}
+    try:  # PR 2, the generic op's conversions (independent of PR 1)
+        from copyfix import pr_generic
+    except ImportError:
+        return prs
+    prs["generic"] = PR(
+        "generic",
+        pr_generic.FILES,
+        pr_generic.PREIMAGE_PATH,
+        pr_generic.BRANCH,
+        pr_generic.COMMIT_MESSAGE,
+    )
+    return prs
+
+
+PRS = _prs()
+
+
+def preimages(path: str = COPY_PY) -> list[str]:
     table = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["copyfix"][
         "preimages"
     ]
-    return table[COPY_PY]
+    return table[path]
+
+
+def check_preimage(tree: Path, pr: "PR") -> None:
+    """Exit with a one-line reason unless `tree` holds a known pre-image of pr's op file."""
+    target = tree / pr.preimage_path
+    if not target.is_file():
+        raise SystemExit(f"{tree} is not a FlagGems checkout (no {pr.preimage_path})")
+    found = hashlib.sha256(target.read_bytes()).hexdigest()
+    if found not in preimages(pr.preimage_path):
+        raise SystemExit(
+            f"refusing {pr.name} PR: {target} has sha256 {found}, not a known pre-image "
+            f"({', '.join(preimages(pr.preimage_path))}); rebase the overlay on that checkout first"
+        )
+
+
+def apply_pr(tree: Path, name: str) -> list[str]:
+    """Write PR `name`'s files into the FlagGems tree `tree` (pre-image checked first)."""
+    pr = PRS[name]
+    check_preimage(tree, pr)
+    for rel in pr.files:
+        dst = tree / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / rel, dst)
+    return pr.files
 
 
 def base_copy_text() -> str:
@@ -135,29 +189,28 @@ def upstream_lint(checkout: Path, files: list[str]) -> None:
             )
 
 
-def export_pr(checkout: Path) -> str:
+def export_pr(checkout: Path, names=None) -> dict[str, str]:
+    """One branch per PR from the checkout's HEAD, one commit each; {name: commit}."""
     checkout = checkout.resolve()
-    target = checkout / COPY_PY
-    if not (checkout / ".git").exists() or not target.is_file():
-        raise SystemExit(f"{checkout} is not a FlagGems git checkout (no {COPY_PY})")
-    found = hashlib.sha256(target.read_bytes()).hexdigest()
-    if found not in preimages():
-        raise SystemExit(
-            f"refusing to export: {target} has sha256 {found}, which is not a known pre-image "
-            f"of this overlay ({', '.join(preimages())}). Rebase the overlay on that checkout first."
-        )
+    names = list(names or PRS)
+    if not (checkout / ".git").exists():
+        raise SystemExit(f"{checkout} is not a FlagGems git checkout (no .git)")
+    for name in names:
+        check_preimage(checkout, PRS[name])
     if _git(checkout, "status", "--porcelain", "--untracked-files=no").strip():
         raise SystemExit(f"refusing to export: {checkout} has uncommitted changes")
-    _git(checkout, "switch", "-c", BRANCH)
-    for rel in PR_FILES:
-        dst = checkout / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(REPO / rel, dst)
-    upstream_lint(checkout, PR_FILES)
-    _git(checkout, "add", *PR_FILES)
-    _git(checkout, "commit", "-q", "-m", COMMIT_MESSAGE)
+    start = _git(checkout, "rev-parse", "HEAD").strip()
+    shas = {}
+    for name in names:
+        pr = PRS[name]
+        _git(checkout, "switch", "-q", "-c", pr.branch, start)
+        apply_pr(checkout, name)
+        upstream_lint(checkout, pr.files)
+        _git(checkout, "add", *pr.files)
+        _git(checkout, "commit", "-q", "-m", pr.message)
+        shas[name] = _git(checkout, "rev-parse", "HEAD").strip()
     write_patch()
-    return _git(checkout, "rev-parse", "HEAD").strip()
+    return shas
 
 
 def main(argv=None) -> int:
@@ -167,6 +220,7 @@ def main(argv=None) -> int:
     sub.add_parser("check-patch")
     pr = sub.add_parser("pr")
     pr.add_argument("checkout", type=Path)
+    pr.add_argument("--only", nargs="+", choices=sorted(PRS), default=None)
     args = parser.parse_args(argv)
     if args.cmd == "patch":
         print(f"wrote {write_patch()}")
@@ -176,10 +230,9 @@ def main(argv=None) -> int:
             return 1
         print("copy.patch is in sync")
     else:
-        sha = export_pr(args.checkout)
-        print(
-            f"committed {sha[:12]} on branch {BRANCH} of {args.checkout}; copy.patch regenerated"
-        )
+        for name, sha in export_pr(args.checkout, args.only).items():
+            print(f"{name}: committed {sha[:12]} on branch {PRS[name].branch}")
+        print(f"in {args.checkout}; copy.patch regenerated")
     return 0
 
 

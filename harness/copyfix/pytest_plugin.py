@@ -1,14 +1,27 @@
 """pytest plugin (harness only): run the test suite on the emulated KunlunXIN backend.
 
-Loaded from pyproject's addopts (`-p copyfix.pytest_plugin`). It activates the
-emulation before any test module imports flag_gems, and it refuses to count a
-skipped test as a pass: in this repository every collected test must execute
-(the PR tests skip themselves only off KunlunXIN, which the emulation is not).
+Loaded from pyproject's addopts (`-p copyfix.pytest_plugin`). It
+
+* activates the emulation before any test module imports flag_gems;
+* runs every test outside ``tests/harness/`` (the PR tests and the PR benchmark) with
+  the KunlunXIN device model on (``emulation.xpu_device_model()``: aten's strided copy
+  missing for every caller in cuda mode; the narrower fault of cpu mode, see
+  ``copyfix.emulation.faults``), unless ``--xpu-model=off``;
+* gives the PR test files what an upstream checkout gives them: the ``--ref`` and
+  ``--quick`` options of upstream's ``tests/conftest.py`` and a ``tests.accuracy_utils``
+  (``copyfix.accuracy_utils``) when the test package has none;
+* refuses to count a skipped test as a pass: in this repository every collected test
+  must execute (the PR tests skip themselves only off KunlunXIN, which the emulation is
+  not).
 """
 
 import os
+import sys
+from pathlib import Path
 
-from copyfix import emulation
+import pytest
+
+from copyfix import accuracy_utils, emulation
 
 
 def pytest_addoption(parser):
@@ -18,17 +31,60 @@ def pytest_addoption(parser):
         default=None,
         help="KunlunXIN emulation mode (default: $COPYFIX_EMULATION, else auto: native > cuda > cpu)",
     )
+    parser.addoption(
+        "--xpu-model",
+        choices=("on", "off"),
+        default=os.environ.get("COPYFIX_XPU_MODEL", "on"),
+        help="the KunlunXIN device model around the PR tests and benchmark (default on)",
+    )
+    for name, kwargs in (
+        ("--ref", dict(default="device", help="where references run (upstream's option)")),
+        ("--quick", dict(action="store_true", help="upstream's quick mode")),
+    ):
+        try:
+            parser.addoption(name, **kwargs)
+        except ValueError:  # an upstream conftest in the same run added it
+            pass
 
 
 def pytest_configure(config):
     emulation.activate(
         config.getoption("--emulation") or os.environ.get(emulation.ENV_MODE)
     )
+    accuracy_utils.TO_CPU = config.getoption("--ref") == "cpu"
+    accuracy_utils.QUICK_MODE = bool(config.getoption("--quick"))
+    if not (Path(config.rootpath) / "tests" / "accuracy_utils.py").exists():
+        sys.modules.setdefault("tests.accuracy_utils", accuracy_utils)
+    # the benchmark file's `from . import base, consts, utils`, where upstream's are absent
+    if not (Path(config.rootpath) / "benchmark" / "base.py").exists():
+        from copyfix import bench_stand_ins
+
+        for name in ("base", "consts", "utils"):
+            sys.modules.setdefault(f"benchmark.{name}", getattr(bench_stand_ins, name))
 
 
 def pytest_report_header(config):
     v = emulation.versions()
-    return f"copyfix emulation: mode={v['mode']} torch={v['torch']} triton={v['triton']} flag_gems={v['flag_gems']}"
+    return (
+        f"copyfix emulation: mode={v['mode']} torch={v['torch']} triton={v['triton']} "
+        f"flag_gems={v['flag_gems']} xpu-model={config.getoption('--xpu-model')}"
+    )
+
+
+def _under_model(item) -> bool:
+    if item.config.getoption("--xpu-model") != "on" or emulation.MODE == "native":
+        return False
+    rel = Path(item.path).resolve().relative_to(Path(item.config.rootpath).resolve())
+    return rel.parts[0] in ("tests", "benchmark") and rel.parts[1] != "harness"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    if not _under_model(item):
+        yield
+        return
+    with emulation.xpu_device_model():
+        yield
 
 
 def pytest_runtest_logreport(report):

@@ -6,7 +6,7 @@ environment variables, so xdist workers see the same settings as the controller:
 
 ``COPYFIX_EMULATION``       emulation mode (cpu / cuda / native), activated at import,
                             i.e. before upstream's conftest imports flag_gems.
-``COPYFIX_UPSTREAM_FAULT``  "1": the KunlunXIN fault (``emulation.xpu_fallback_failure``)
+``COPYFIX_UPSTREAM_FAULT``  "1": the KunlunXIN device model (``emulation.xpu_device_model``)
                             is on for the whole session.
 ``COPYFIX_UPSTREAM_SELECT`` a JSON file with a list of node ids: every other collected
                             test is deselected.
@@ -135,7 +135,7 @@ def pytest_configure(config):
                 "copyfix.upstream_plugin: found no reference to the kunlunxin copy/copy_ to spy on"
             )
         if os.environ.get("COPYFIX_UPSTREAM_FAULT") == "1":
-            _fault = emulation.xpu_fallback_failure()
+            _fault = emulation.xpu_device_model()
             _fault.__enter__()
 
 

@@ -384,7 +384,7 @@ def test_xpu_fallback_failure_spares_contiguous_fallbacks_and_composes_with_mock
                 )
         assert fallback.call_count == 3
     assert not isinstance(
-        COPY_OP.__dict__.get("_handle"), emulation.faults._FailingNonContiguousHandle
+        COPY_OP.__dict__.get("_handle"), emulation.faults._FaultyHandle
     )
     if MODE != "native":
         module.copy_(out[::2], z[::2])  # restored

@@ -83,9 +83,12 @@ def test_make_pr_commits_the_pr_files_on_a_new_branch(upstream, monkeypatch):
     monkeypatch.setenv("GIT_COMMITTER_NAME", "ci")
     monkeypatch.setenv("GIT_COMMITTER_EMAIL", "ci@example.com")
     before = export.patch_path().read_text()
-    sha = export.export_pr(upstream)
+    base = git(upstream, "rev-parse", "HEAD").strip()
+    shas = export.export_pr(upstream, ["kunlunxin"])
+    sha = shas["kunlunxin"]
     assert git(upstream, "rev-parse", "--abbrev-ref", "HEAD").strip() == export.BRANCH
     assert git(upstream, "log", "-1", "--format=%s", sha).startswith("[KUNLUNXIN] ")
+    assert git(upstream, "rev-parse", sha + "^").strip() == base  # one commit
     changed = git(upstream, "show", "--name-only", "--format=", sha).split()
     assert sorted(changed) == sorted(export.PR_FILES)
     for rel in export.PR_FILES:
@@ -107,5 +110,5 @@ def test_make_pr_refuses_an_unknown_pre_image(upstream):
         "drift",
     )
     with pytest.raises(SystemExit, match="not a known pre-image"):
-        export.export_pr(upstream)
+        export.export_pr(upstream, ["kunlunxin"])
     assert git(upstream, "rev-parse", "--abbrev-ref", "HEAD").strip() == "master"

@@ -25,7 +25,7 @@ this one        versions and activation: which libraries and FlagGems bases the
                 patches were written for, and the mode switch
 :mod:`.shims`       stock-Triton shims for the kunlunxin sources (cpu and cuda)
 :mod:`.interpreter` the cpu-mode patches of Triton's interpreter, torch and FlagGems
-:mod:`.faults`      XPU fault injection (:func:`xpu_fallback_failure`)
+:mod:`.faults`      the device fault model (:func:`xpu_device_model`, :func:`xpu_fallback_failure`)
 :mod:`.kunlunxin`   the kunlunxin copy module FlagGems dispatches to, and the base one
 
 Rules this package keeps
@@ -284,6 +284,6 @@ def device() -> str:
 
 # The submodules read MODE through require() at call time, so they come after it.
 from . import interpreter, shims  # noqa: E402
-from .faults import xpu_fallback_failure  # noqa: E402, F401
+from .faults import xpu_device_model, xpu_fallback_failure  # noqa: E402, F401
 from .interpreter import cpu_dispatch  # noqa: E402, F401
 from .kunlunxin import base_copy_module, copy_module  # noqa: E402, F401
