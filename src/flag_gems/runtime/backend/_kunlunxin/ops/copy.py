@@ -220,16 +220,9 @@ def copy(
     template: torch.Tensor, src: torch.Tensor, *, non_blocking: Optional[bool] = False
 ):
     logger.debug("GEMS_KUNLUNXIN COPY")
-    if has_internal_overlapping(template) == MemOverlap.Yes:
-        # aten::copy gives such a template's result dense strides
-        out = torch.empty_like(template, memory_format=torch.contiguous_format)
-    else:
-        out = torch.empty_strided(
-            template.size(),
-            template.stride(),
-            dtype=template.dtype,
-            device=template.device,
-        )
+    out = torch.empty_strided(
+        template.size(), template.stride(), dtype=template.dtype, device=template.device
+    )
     copy_(out, src, non_blocking=bool(non_blocking))
     return out
 

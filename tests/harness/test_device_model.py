@@ -1,0 +1,256 @@
+"""The KunlunXIN device model (copyfix.emulation.faults): one test per rule.
+
+In cuda mode the model sits on the CUDA key, as the suites use it; in cpu mode it is
+installed on the CPU key for the scope of each test (cpu mode's suites keep the narrower
+fault, see the module text), so every rule is exercised in CI as well.
+"""
+
+import importlib
+
+import pytest
+import torch
+
+import flag_gems
+from copyfix import emulation
+from copyfix.emulation import faults
+
+pytestmark = pytest.mark.harness
+
+MODE = emulation.require("cpu", "cuda")
+DEVICE_TYPE = "cpu" if MODE == "cpu" else "cuda"
+DEV = emulation.device()
+
+
+def model():
+    return emulation.xpu_device_model(DEVICE_TYPE)
+
+
+def assert_faults(fn):
+    with pytest.raises(torch.AcceleratorError, match="invalid device function") as info:
+        fn()
+    assert info.value.error_code == 98
+
+
+def grid(*shape, dtype=torch.float32):
+    n = torch.Size(shape).numel()
+    return torch.arange(n, dtype=torch.float32).reshape(shape).to(dtype).to(DEV)
+
+
+# rule 1: a flat loop runs, anything else faults
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: (grid(4, 6), grid(4, 6)),
+        lambda: (grid(4, 6, dtype=torch.float16), grid(4, 6)),  # conversion
+        lambda: (grid(6, 4).t(), grid(6, 4).t()),  # dense, equal strides
+        lambda: (grid(2, 3, 4).permute(2, 0, 1), grid(2, 3, 4).permute(2, 0, 1)),
+        lambda: (grid(4, 6), torch._neg_view(grid(4, 6))),  # negation, flat
+    ],
+    ids=["contiguous", "conversion", "both_transposed", "both_permuted", "negated"],
+)
+def test_flat_loops_run(make):
+    dst, src = make()
+    with model():
+        dst.copy_(src)
+    assert torch.equal(dst, src.resolve_neg())
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: (grid(4, 6), grid(6, 4).t()),  # transposed source
+        lambda: (grid(6, 4).t(), grid(4, 6)),  # strided destination
+        lambda: (grid(4, 6), grid(6).expand(4, 6)),  # expanded source
+        lambda: (grid(4, 6), grid(6)),  # lower-rank source (broadcast)
+        lambda: (grid(4, 6), grid()),  # 0-d source
+        lambda: (grid(4, 3), grid(4, 6)[:, ::2]),  # step slice
+        lambda: (grid(4, 6)[:, :3], grid(4, 6)[:, 3:]),  # same strides, not dense
+        lambda: (grid(1, 24), grid(24)),  # same numel, other shape
+    ],
+    ids=[
+        "transpose",
+        "strided_dst",
+        "expand",
+        "broadcast",
+        "zero_dim",
+        "step_slice",
+        "non_dense_equal_strides",
+        "other_shape",
+    ],
+)
+def test_other_copies_fault_and_write_nothing(make):
+    dst, src = make()
+    before = dst.clone()  # (outside the model: cloning a strided view faults too)
+    with model():
+        assert_faults(lambda: dst.copy_(src))
+    assert torch.equal(dst, before)
+
+
+# rule 1, whoever calls it
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x: x[:, ::2].clone(),  # (a dense view keeps its strides: flat)
+        lambda x: x.t().contiguous(),
+        lambda x: x[:, ::2].to(torch.float16),
+        lambda x: torch.ops.aten.copy_(torch.empty(6, 4, device=DEV), x.t()),
+        lambda x: torch.ops.aten.copy_.default.redispatch(
+            torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd),
+            torch.empty(6, 4, device=DEV),
+            x.t(),
+            False,
+        ),
+    ],
+    ids=["clone", "contiguous", "to", "aten_copy_", "fallback_redispatch"],
+)
+def test_every_caller_meets_the_fault(call):
+    x = grid(4, 6)
+    with model():
+        assert_faults(lambda: call(x))
+    call(x)  # the model is gone with its scope
+
+
+def test_a_dense_to_keeps_strides_and_runs():
+    # _to_copy preserves a dense layout's strides: the copy is a flat loop
+    x = grid(6, 4).t()
+    with model():
+        y = x.to(torch.float16)
+    assert y.stride() == x.stride() and torch.equal(y, x.to(torch.float16))
+
+
+# rule 2: aten's own errors and early returns come first
+
+
+def aten_error(fn):
+    try:
+        fn()
+    except Exception as exc:
+        return type(exc), str(exc)
+    raise AssertionError("aten accepted it")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: (grid(3, 4), grid(5, 4).t().t()[:, :4].t().t()),  # size mismatch
+        lambda: (grid(4), grid(2, 4)),  # output doesn't match the broadcast shape
+        lambda: (grid(1, 4).expand(3, 4), grid(4, 3).t()),  # internal overlap
+        lambda: (torch.empty(3, 4, device=DEV), torch.empty(4, 3, device="meta").t()),
+    ],
+    ids=["size_mismatch", "broadcast_shape", "internal_overlap", "meta_source"],
+)
+def test_atens_own_errors_come_first(make):
+    dst, src = make()
+    expected = aten_error(lambda: dst.copy_(src))
+    with model():
+        assert aten_error(lambda: dst.copy_(src)) == expected
+
+
+def test_partial_overlap_keeps_atens_error():
+    base = grid(4, 4)
+    expected = aten_error(lambda: base.t().copy_(base))
+    assert "single memory location" in expected[1]
+    with model():
+        assert aten_error(lambda: base.t().copy_(base)) == expected
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda x: (x, x),  # x.copy_(x)
+        lambda x: (x[:0], x.t()[:0]),  # empty
+        lambda x: (torch.empty(4, 6, device=DEV), torch._efficientzerotensor(4, 6)),
+    ],
+    ids=["self", "empty", "zero_tensor_source"],
+)
+def test_early_returns_do_not_fault(make):
+    dst, src = make(grid(6, 6))
+    with model():
+        dst.copy_(src)
+
+
+# rule 4: FlagGems takes the copy while it is registered, whichever order
+
+
+def test_flag_gems_registered_later_takes_the_copy_and_the_model_comes_back():
+    src = grid(6, 4)
+    with model():
+        with flag_gems.use_gems(include=["copy_"]):
+            out = src.t().contiguous()  # dispatched to FlagGems' copy_
+        assert_faults(lambda: src.t().contiguous())
+    assert torch.equal(out, src.t())
+
+
+def test_a_model_opened_inside_use_gems_shadows_flag_gems():
+    # the dispatcher uses the latest registration: the suites open the model first
+    # (session or test scope) and use_gems() inside it, as upstream's tests do
+    src = grid(6, 4)
+    with flag_gems.use_gems(include=["copy_"]):
+        with model():
+            assert_faults(lambda: src.t().contiguous())
+
+
+def test_flag_gems_fallback_is_faulted_below_the_device_key():
+    # FlagGems' fallback redispatches to aten below the device key; the model is
+    # there too (the complex dtype goes to the fallback)
+    z = torch.randn(4, 6, dtype=torch.complex64, device=DEV)
+    out = torch.empty(6, 4, dtype=torch.complex64, device=DEV)
+    with model():
+        with flag_gems.use_gems(include=["copy_"]):
+            assert_faults(lambda: out.copy_(z.t()))
+            flat = torch.empty(4, 6, dtype=torch.complex64, device=DEV)
+            flat.copy_(z)  # a contiguous complex copy is a flat loop: it runs
+    assert torch.equal(flat, z)
+
+
+# the defect the narrow fault missed: a benchmark baseline that is aten's strided copy
+
+
+def test_the_model_catches_a_strided_benchmark_baseline():
+    bench = importlib.import_module("benchmark.test_copy_strided")
+    inputs = list(bench._layouts(16, torch.float32, torch.float32, DEV))
+    with model():
+        for dst, src in inputs:  # the old baseline: aten's copy of the strided pair
+            assert_faults(lambda: torch.ops.aten.copy_(dst, src))
+        for dst, src in inputs:  # the PR's baseline: contiguous buffers, a flat loop
+            dst_flat = torch.empty(dst.shape, device=DEV)
+            src_flat = torch.ones(dst.shape, device=DEV)
+            bench._contiguous_copy(dst, src, dst_flat, src_flat)
+            assert torch.equal(dst_flat, src_flat)
+
+
+def test_the_narrow_fault_misses_what_the_model_catches():
+    # why the model exists: the fallback-only fault lets aten's strided copy run
+    x = grid(4, 6)
+    with emulation.xpu_fallback_failure(DEVICE_TYPE):
+        assert torch.equal(x.t().contiguous(), x.t())
+    with model():
+        assert_faults(lambda: x.t().contiguous())
+
+
+def test_rule_helpers():
+    a = grid(4, 6)
+    assert faults.is_flat_loop(a, a.clone())
+    assert not faults.is_flat_loop(a, grid(6, 4).t())
+    assert faults.aten_reaches_kernel(a, grid(6, 4).t())
+    assert not faults.aten_reaches_kernel(a, a)
+    assert not faults.fault_applies(a, grid(6, 4).t(), "xla")
+
+
+if MODE == "cuda":
+
+    def test_cross_device_copies_fault_on_the_device_side():
+        # aten stages a non-contiguous host<->device copy through the device
+        host = torch.arange(24.0).reshape(4, 6)
+        with model():
+            assert torch.equal(host.to(DEV).cpu(), host)  # contiguous: a memcpy
+            assert_faults(lambda: host.to(DEV).t().cpu())  # .contiguous() on device
+            dst = torch.zeros(6, 4, device=DEV)
+            assert_faults(lambda: dst.t().copy_(host))  # dst.copy_(staging) on device
+            with flag_gems.use_gems(include=["copy_"]):
+                back = host.to(DEV).t().cpu()  # FlagGems takes the device copy
+        assert torch.equal(back, host.t())
