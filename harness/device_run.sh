@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
 # Harness: the GPU runs behind the recorded figures, on the lent NVIDIA machine (cuda mode).
 #   bash harness/device_run.sh STEP...
-# Steps: probe suite host host-again bench main-suite main-host upstream main-upstream. JSON results land in $OUT,
-# the logs in $OUT/logs.tgz (the device tool brings back at most 8 files). Upstream
-# FlagGems travels in .upstream/ (git-ignored; made from the fetched mirror, never
-# committed): fgmain-src.tar.gz (main of 2026-08-21's src/), v5.0.2/ and main/ (src, tests).
+# Steps: probe suite host host-again bench main-suite main-host upstream main-upstream
+# upstream-ci main-upstream-ci pr2. JSON results land in $OUT, the logs in
+# $OUT/logs.tgz (the device tool brings back at most 8 files). Upstream FlagGems travels
+# in .upstream/ (git-ignored; made from the fetched mirror, never committed):
+#   G=<mirror git dir>; mkdir -p .upstream
+#   git --git-dir=$G archive --prefix=main/ HEAD src tests benchmark tools pytest.ini | gzip -1 > .upstream/main.tgz
+#   git --git-dir=$G archive --prefix=v5.0.2/ v5.0.2 src tests benchmark tools pytest.ini | gzip -1 > .upstream/v5.0.2.tgz
+# and is unpacked here into .upstream/main and .upstream/v5.0.2.
 # BENCH_ARGS, UPSTREAM_LIMIT and DEADLINE (seconds for all steps) budget the run.
 set -u
 cd "$(dirname "$0")/.."
 : "${OUT:=/tmp/out}" "${DEADLINE:=570}" "${UPSTREAM_LIMIT:=80}" "${BENCH_ARGS:=}"
 LOGS=/tmp/devlogs && mkdir -p $LOGS
 export COPYFIX_OP_COMMIT="${COPYFIX_OP_COMMIT:-}"
+for t in .upstream/*.tgz; do [ -e "$t" ] && tar -xzf "$t" -C .upstream; done
 . harness/device_env.sh > $LOGS/env.log 2>&1
 main_env() {  # a second copy of the repo, composed over FlagGems main
   if [ ! -d /tmp/rmain ]; then
-    mkdir -p /tmp/fgmain && tar -xzf .upstream/fgmain-src.tar.gz -C /tmp/fgmain
-    mkdir /tmp/rmain && tar --exclude=./build --exclude=./.whl -cf - . | tar -xf - -C /tmp/rmain
+    mkdir -p /tmp/fgmain && cp -r .upstream/main/src /tmp/fgmain/
+    mkdir /tmp/rmain && tar --exclude=./build --exclude=./.whl --exclude=./.upstream -cf - . | tar -xf - -C /tmp/rmain
     (cd /tmp/rmain && FLAGGEMS_BASE=/tmp/fgmain PYTHONPATH=harness python3 -c \
       "from pathlib import Path; from copyfix.compose import compose; compose(Path('.').resolve(), editable=False)")
   fi
@@ -44,6 +49,13 @@ for step in "$@"; do
     main-host) (main_env && timeout "$(left)" python3 -m copyfix.bench host > "$log" 2>&1; cp results/copy_host_overhead_h200_*.json "$OUT/") ;;
     upstream) upstream_check .upstream/v5.0.2 v5.0.2 upstream_check_cuda.json > "$log" 2>&1 ;;
     main-upstream) upstream_check .upstream/main main-2026-08-21 upstream_check_cuda_main.json > "$log" 2>&1 ;;
+    upstream-ci|main-upstream-ci)  # upstream's tools/test-op.sh per PR file, device model on
+      ck=.upstream/v5.0.2; lb=v5.0.2; [ $step = main-upstream-ci ] && ck=.upstream/main lb=main-2026-08-21
+      [ -f "$OUT/upstream_ci_cuda.json" ] || cp results/upstream_ci_cuda.json "$OUT/" 2>/dev/null
+      timeout "$(left)" python3 -m copyfix.upstream_ci "$ck" --mode cuda --label $lb \
+        --machine "nvidia-h200: 1 H200, 16 CPU cores" --no-docs --results "$OUT/upstream_ci_cuda.json" \
+        ${UPSTREAM_CI_ARGS:-} > "$log" 2>&1 ;;
+    pr2) timeout "$(left)" bash harness/device_pr2.sh > "$log" 2>&1 ;;
   esac
   echo "=== $step rc=$? $(date +%T)"; grep -v -i "warn" "$log" | tail -n 4
 done

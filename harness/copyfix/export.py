@@ -75,7 +75,6 @@ benchmark/test_copy_strided.py.
 """
 
 
-
 def _prs() -> dict:
     prs = {"kunlunxin": PR("kunlunxin", PR_FILES, COPY_PY, BRANCH, COMMIT_MESSAGE)}
     try:  # PR 2, the generic op's conversions (independent of PR 1)

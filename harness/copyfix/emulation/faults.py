@@ -80,7 +80,10 @@ def _overlaps_partially(dst, src) -> bool:
     if not (dense(dst) and dense(src)) or not torch._C._is_alias_of(dst, src):
         return False  # TOO_HARD or NO: aten does not raise
     d0, s0 = dst.data_ptr(), src.data_ptr()
-    d1, s1 = d0 + dst.numel() * dst.element_size(), s0 + src.numel() * src.element_size()
+    d1, s1 = (
+        d0 + dst.numel() * dst.element_size(),
+        s0 + src.numel() * src.element_size(),
+    )
     if (d0, d1) == (s0, s1):
         return dst.stride() != src.stride()
     return d0 < s1 and s0 < d1
