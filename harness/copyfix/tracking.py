@@ -6,8 +6,13 @@ from unittest import mock
 
 import torch
 
-KERNELS = (
+KERNELS = (  # the op's kernels (since 0b98bf2), then those of op 847c5a4
     "_copy_kernel",
+    "copy_slice",
+    "_to_bool_kernel",
+    "_int_to_bf16_kernel",
+    "_float_to_uint8_kernel",
+    "_negate_kernel",
     "_copy_to_bool_kernel",
     "_copy_int_to_bf16_kernel",
     "_copy_via_int64_kernel",
