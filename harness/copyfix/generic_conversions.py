@@ -1,0 +1,454 @@
+"""The generic ``copy_`` (flag_gems/ops/copy.py) against torch, every dtype pair (harness only).
+
+Runs the generic op twice over every (src, dst) pair of :data:`DTYPES` x :data:`LAYOUTS`,
+with edge values of each source dtype: ``before`` is the base file the overlay replaces
+(the pre-image the composed tree keeps under ``flag_gems/_overlay_preimages/``), ``after``
+the overlay's ``flag_gems/ops/copy.py``.  Each result is compared with torch's
+``copy_`` on the same tensors, element by element:
+
+* bit for bit, except NaN: a NaN must give a NaN, its payload and sign are not compared
+  (torch's own CPU and CUDA paths give different NaN bits);
+* a float -> integer conversion that C leaves undefined (NaN, +-inf, a truncation
+  outside the destination's range) is not compared, as in
+  :func:`copyfix.probe_conversions.undefined`.  torch defines float -> uint8 through
+  int64, so there only values outside int64 are undefined; float -> bool is defined.
+
+The op is called directly (``flag_gems.ops.copy.copy_``), not through ``use_gems``:
+in this repository's emulation the dispatched op is the kunlunxin one.  Modes:
+
+``cpu``   Triton's interpreter with the copyfix cpu emulation (its conversion patches
+          make stores convert as compiled Triton on the H200; see
+          copyfix.emulation.interpreter).  Vendor kunlunxin: only the codegen config of
+          the generic op's wrapper differs from NVIDIA's.
+``cuda``  compiled Triton on an NVIDIA GPU, FlagGems' own NVIDIA backend
+          (``GEMS_VENDOR=nvidia``), no emulation at all.
+
+    PYTHONPATH=harness python -m copyfix.generic_conversions --out results/generic_conversions_cpu.json
+
+``--label`` names the FlagGems base; a file that exists is merged into (one section per
+base, the summary sums them), so one file can hold 5.0.2 and main.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import importlib
+import importlib.util
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+OP_RELPATH = "ops/copy.py"
+# sha256 of the base generic copy.py files this PR replaces (pyproject preimages)
+PREIMAGES = {
+    "3683ed0fede9f657bed2c2416854c5af6ba8b736a40ea495c3c6dafaeccf4366": "5.0.2",
+    "7bffb1675c120a6293e3e057325520db911494cfd7aeb1abcf25ff0cde3ce5a2": "main-2026-08-21",
+}
+
+DTYPES = {
+    name: getattr(torch, name)
+    for name in (
+        "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32",
+        "uint64", "float16", "bfloat16", "float32", "float64", "float8_e4m3fn",
+        "float8_e5m2",
+    )
+}  # fmt: skip
+# (float8 *fnuz are AMD-only Triton types; float8_e8m0fnu never reaches Triton.)
+LAYOUTS = ("contiguous", "transpose", "expand")
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+# The issue's four cases (stock 5.0.2 on the H200): src dtype, values, dst dtype.
+ISSUE_CASES = (
+    ("float32", [0.5, -0.25, 0.0, 2.0, float("nan")], "bool"),
+    ("int16", [256, 0, -256, 1], "bool"),
+    ("int32", [16842753], "bfloat16"),
+    ("float32", [-1.5, -3.0], "uint8"),
+)
+
+# ------------------------------------------------------------------- edge values
+
+_F64_BITS = [
+    0x0000000000000000, 0x8000000000000000, 0x7FF0000000000000, 0xFFF0000000000000,
+    0x7FF8000000000000, 0xFFF8000000000000, 0x7FF0000000000001,  # NaNs
+    0x0000000000000001, 0x000FFFFFFFFFFFFF, 0x8000000000000001,  # subnormals
+    0x0010000000000000, 0x7FEFFFFFFFFFFFFF, 0xFFEFFFFFFFFFFFFF,  # min normal, +-max
+    0x47EFFFFFEFFFFFFF, 0x47EFFFFFF0000000, 0xC7EFFFFFF0000000,  # float32 overflow
+    0x36A0000000000000, 0x36A0000000000001, 0x369FFFFFFFFFFFFF,  # float32 subnormal ties
+]  # fmt: skip
+_F64_VALUES = [
+    1 + 2**-11 + 2**-40, -(1 + 2**-11 + 2**-40), 1 + 2**-11 - 2**-40,  # float16 ties
+    1 + 2**-8 + 2**-40, -(1 + 2**-8 + 2**-40), 1 + 2**-8 - 2**-40,  # bfloat16 ties
+    65520 - 2**-20, 65519.99, 65504.0, 2.0**-24 * 1.5 + 2**-60, 2.0**-25 + 2**-70,
+    0.5, -1.5, 2.75, -0.75, 127.5, -128.75, 255.75, 256.0, -1.0, 300.5, 65535.0,
+    2147483647.5, -2147483648.75, 2.0**63, -(2.0**63), 2.0**64, 1e300, -1e-300,
+]  # fmt: skip
+_UINT_VALUES = {
+    "uint16": [0, 1, 255, 256, 257, 2049, 4097, 32767, 32768, 65519, 65520, 65535],
+    "uint32": [
+        0, 1, 257, 65535, 65536, 2**24 + 1, 0x1010001, 0x1018001, 2**31 - 1, 2**31,
+        0xFEFEFFFF, 2**32 - 1,
+    ],
+    "uint64": [
+        0, 1, 65520, 0x1010001, 2**32 + 1, 2**40 + 2**32 + 1, 2**62 + 2**54 + 1,
+        2**63 - 1, 2**63, 2**63 + 2**55 + 1, 2**64 - 1,
+    ],
+}  # fmt: skip
+
+
+def _f64(bits):
+    return torch.tensor([b - (1 << 64) if b >> 63 else b for b in bits]).view(
+        torch.float64
+    )
+
+
+def inputs(name: str) -> torch.Tensor:
+    """Edge values of source dtype ``name`` (CPU): integer extremes, rounding ties of
+    every narrower float, +-0, +-inf, NaN, subnormals, overflow thresholds."""
+    from copyfix import probe_conversions
+
+    if name in probe_conversions.DTYPES:
+        return probe_conversions.inputs(name)
+    dtype = DTYPES[name]
+    if name == "float64":
+        f32 = probe_conversions.inputs("float32").double()  # exact
+        return torch.cat(
+            [_f64(_F64_BITS), torch.tensor(_F64_VALUES, dtype=torch.float64), f32]
+        )
+    if name in _UINT_VALUES:
+        signed = [v - (1 << 64) if v >> 63 else v for v in _UINT_VALUES[name]]
+        return torch.tensor(signed, dtype=torch.int64).to(dtype) if name != "uint64" \
+            else torch.tensor(signed, dtype=torch.int64).view(torch.uint64)  # fmt: skip
+    return torch.arange(256, dtype=torch.int16).to(torch.uint8).view(dtype)  # float8
+
+
+def defined(src: torch.Tensor, dst_dtype: torch.dtype) -> torch.Tensor:
+    """Mask of the elements whose conversion to dst_dtype torch defines (CPU bool)."""
+    if not src.is_floating_point() or dst_dtype.is_floating_point:
+        return torch.ones(src.shape, dtype=torch.bool)
+    if dst_dtype is torch.bool:
+        return torch.ones(src.shape, dtype=torch.bool)
+    info = torch.iinfo(torch.int64 if dst_dtype is torch.uint8 else dst_dtype)
+    flat = [
+        math.isfinite(v) and info.min <= math.trunc(v) <= info.max
+        for v in src.double().flatten().tolist()
+    ]
+    return torch.tensor(flat, dtype=torch.bool).reshape(src.shape)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """Integer view of t's elements on the CPU, NaNs made one pattern (-1)."""
+    t = t.cpu()
+    if t.dtype is torch.bool:
+        return t.view(torch.uint8).to(torch.int64)
+    raw = t.contiguous().view(_BITS[t.element_size()]).to(torch.int64)
+    if t.is_floating_point():
+        nan = t.float().isnan() if t.element_size() < 8 else t.isnan()
+        raw = torch.where(nan, torch.full_like(raw, -1), raw)
+    return raw
+
+
+def differing(got: torch.Tensor, ref: torch.Tensor, src: torch.Tensor) -> int:
+    """Elements of got that are not ref's bits (NaN by class), where torch defines them."""
+    mask = defined(src.cpu(), got.dtype)
+    return int(((_bits(got) != _bits(ref)) & mask).sum())
+
+
+def layout_pair(values: torch.Tensor, dst_dtype: torch.dtype, layout: str, device):
+    """(dst, src) of one layout, src holding every value of ``values`` at least once."""
+    n = values.numel()
+    if layout == "contiguous":
+        src = values.to(device)
+    elif layout == "transpose":  # 2 x n view of an n x 2 tensor: strides (1, 2)
+        src = (
+            torch.stack([values, values[torch.arange(n - 1, -1, -1)]], 1).to(device).t()
+        )
+    elif layout == "expand":  # stride 0 in the outer dimension
+        src = values.to(device).reshape(1, n).expand(3, n)
+    else:
+        raise ValueError(layout)
+    return torch.empty(src.shape, dtype=dst_dtype, device=device), src
+
+
+# ------------------------------------------------------------------ the two ops
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sha256(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def generic_ops() -> dict:
+    """{"before": module, "after": module, ...files}: the pre-image and the overlay op."""
+    import flag_gems
+
+    package = Path(flag_gems.__file__).parent
+    after = importlib.import_module("flag_gems.ops.copy")
+    preimage = package / "_overlay_preimages" / OP_RELPATH
+    if not preimage.is_file():
+        raise RuntimeError(
+            f"{preimage} missing: this flag_gems does not overlay {OP_RELPATH} "
+            "(install the repo: pip install -e .)"
+        )
+    before_sha = sha256(preimage)
+    if before_sha not in PREIMAGES:
+        raise RuntimeError(f"{preimage} is no known base copy.py (sha256 {before_sha})")
+    before = _load(preimage, "flag_gems.ops._copy_preimage")
+    return {
+        "before": before,
+        "after": after,
+        "before_file": {"path": str(preimage), "sha256": before_sha},
+        "after_file": {"path": after.__file__, "sha256": sha256(after.__file__)},
+        "base": PREIMAGES[before_sha],
+    }
+
+
+@contextlib.contextmanager
+def cpu_device_guard():
+    """cpu mode: the generic wrappers enter ``torch_device_fn.device(in0.device.index)``
+    (torch.cuda.device, flag_gems 5.0.2 and main utils/pointwise_dynamic.py codegen); a
+    CPU tensor's index is None, which torch 2.13's torch.cuda.device keeps and
+    _exchange_device rejects.  Map it to -1 (torch's "no device": nothing is switched),
+    as copyfix.emulation.interpreter does for the kunlunxin wrappers' _DeviceGuard."""
+    stock = torch.cuda.device.__init__
+
+    def init(self, device):
+        stock(self, device)
+        if self.idx is None:
+            self.idx = -1
+
+    torch.cuda.device.__init__ = init
+    try:
+        yield
+    finally:
+        torch.cuda.device.__init__ = stock
+
+
+def run_op(module, dst: torch.Tensor, src: torch.Tensor):
+    """module.copy_(dst, src); returns None, or the error's first line."""
+    try:
+        module.copy_(dst, src)
+    except Exception as exc:  # a failed conversion is a result too
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    return None
+
+
+def measure(ops: dict, device, dtypes=None, layouts=LAYOUTS) -> dict:
+    """{"src->dst": {layout: {"elements", "before_differ", "after_differ", ...}}}."""
+    names = list(dtypes or DTYPES)
+    pairs = {}
+    for src_name in names:
+        values = inputs(src_name)
+        for dst_name in names:
+            dst_dtype = DTYPES[dst_name]
+            entry = {}
+            for layout in layouts:
+                ref_dst, src = layout_pair(values, dst_dtype, layout, device)
+                ref_dst.copy_(src)  # torch's own copy_ (nothing of FlagGems dispatched)
+                row = {"elements": ref_dst.numel()}
+                for which in ("before", "after"):
+                    dst = torch.zeros_like(ref_dst)
+                    error = run_op(ops[which], dst, src)
+                    if error is None:
+                        row[f"{which}_differ"] = differing(dst, ref_dst, src)
+                    else:
+                        row[f"{which}_differ"] = None
+                        row[f"{which}_error"] = error
+                entry[layout] = row
+            pairs[f"{src_name}->{dst_name}"] = entry
+    return pairs
+
+
+def issue_cases(ops: dict, device) -> list[dict]:
+    """The issue's four cases: torch, before and after values."""
+    out = []
+    for src_name, values, dst_name in ISSUE_CASES:
+        src = torch.tensor(values, dtype=DTYPES[src_name], device=device)
+        row = {"src": src_name, "dst": dst_name, "values": values}
+        ref = torch.empty(src.shape, dtype=DTYPES[dst_name], device=device)
+        row["torch"] = ref.copy_(src).cpu().tolist()
+        for which in ("before", "after"):
+            dst = torch.zeros_like(ref)
+            error = run_op(ops[which], dst, src)
+            row[which] = error or dst.cpu().tolist()
+        out.append(row)
+    return out
+
+
+def summarise(pairs: dict) -> dict:
+    total = {
+        "before_differ": 0,
+        "after_differ": 0,
+        "before_errors": 0,
+        "after_errors": 0,
+    }
+    for entry in pairs.values():
+        for row in entry.values():
+            for which in ("before", "after"):
+                if row[f"{which}_differ"] is None:
+                    total[f"{which}_errors"] += 1
+                else:
+                    total[f"{which}_differ"] += row[f"{which}_differ"]
+    float8 = [p for p in pairs if "float8" in p]
+    total["float8_pairs"] = {
+        which: sum(r[which] or 0 for p in float8 for r in pairs[p].values())
+        for which in ("before_differ", "after_differ")
+    }
+    total["pairs_before_differ"] = sorted(
+        p
+        for p, e in pairs.items()
+        if any(r["before_differ"] or r.get("before_error") for r in e.values())
+    )
+    total["pairs_after_differ"] = sorted(
+        p
+        for p, e in pairs.items()
+        if any(r["after_differ"] or r.get("after_error") for r in e.values())
+    )
+    return total
+
+
+# ------------------------------------------------------------------------ driver
+
+CPU_NOTE = (
+    "The interpreter converts as compiled Triton does only where the copyfix emulation "
+    "pins it (the KunlunXIN dtypes, float64 -> bfloat16). Its float8 conversions and its "
+    "float -> unsigned conversions of negative values are numpy's: before-counts of "
+    "float8 pairs (summary.float8_pairs, and the errors) and the missing float32 -> uint8 "
+    "difference of the issue (-1.5 -> 255 here, 0 on the H200) say nothing of a GPU. "
+    "After-counts are torch's semantics either way: 0 means the op's rules are right."
+)
+
+
+def _op_commit() -> str | None:
+    if os.environ.get("COPYFIX_OP_COMMIT"):
+        return os.environ["COPYFIX_OP_COMMIT"]
+    try:
+        out = subprocess.run(
+            ["git", "log", "-1", "--format=%H", "--", "src/flag_gems/ops/copy.py"],
+            cwd=REPO, capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out or None
+
+
+def _versions(device) -> dict:
+    import triton
+
+    gpu = (
+        torch.cuda.get_device_name(device)
+        if torch.device(device).type == "cuda"
+        else None
+    )
+    return {
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "gpu": gpu,
+        "cuda": torch.version.cuda,
+    }
+
+
+def setup(mode: str) -> str:
+    """Activate ``mode`` (before flag_gems is imported); returns the tensor device."""
+    if mode == "cpu":
+        from copyfix import emulation
+
+        emulation.activate("cpu")
+        return "cpu"
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        raise SystemExit("cuda mode runs compiled Triton: unset TRITON_INTERPRET")
+    if "flag_gems" in sys.modules:
+        raise SystemExit("cuda mode must set GEMS_VENDOR before flag_gems is imported")
+    os.environ["GEMS_VENDOR"] = "nvidia"  # FlagGems' own NVIDIA backend, no emulation
+    import flag_gems  # noqa: F401
+
+    return "cuda"
+
+
+def merge(path: Path, label: str, section: dict) -> dict:
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    bases = {**data.get("bases", {}), label: section}
+    summary = {
+        "before_differ": 0,
+        "after_differ": 0,
+        "before_errors": 0,
+        "after_errors": 0,
+    }
+    for sec in bases.values():
+        for key in summary:
+            summary[key] += sec["summary"][key]
+    summary["bases"] = sorted(bases)
+    return {"summary": summary, "bases": dict(sorted(bases.items()))}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="copyfix.generic_conversions", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--out", required=True, type=Path, help="JSON file (merged into if it exists)"
+    )
+    parser.add_argument("--mode", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument(
+        "--label", help="the FlagGems base's name (default: from the pre-image)"
+    )
+    parser.add_argument("--machine", help="machine description")
+    parser.add_argument("--dtypes", nargs="*", help="only these dtypes (default: all)")
+    args = parser.parse_args(argv)
+    mode = args.mode
+    if mode == "auto":
+        mode = "cuda" if torch.cuda.is_available() else "cpu"
+    device = setup(mode)
+    ops = generic_ops()
+    guard = cpu_device_guard() if mode == "cpu" else contextlib.nullcontext()
+    with guard:
+        pairs = measure(ops, device, args.dtypes)
+        cases = issue_cases(ops, device)
+    section = {
+        "mode": "cpu (Triton interpreter, copyfix cpu emulation)" if mode == "cpu"
+        else "cuda (compiled Triton, GEMS_VENDOR=nvidia, no emulation)",
+        "machine": args.machine or f"{platform.node() or 'host'}: {os.cpu_count()} CPUs, {platform.machine()}",
+        "versions": _versions(device),
+        "op_commit": _op_commit(),
+        "base": ops["base"],
+        "before_file": ops["before_file"],
+        "after_file": ops["after_file"],
+        "dtypes": list(args.dtypes or DTYPES),
+        "layouts": list(LAYOUTS),
+        "compared": "bit for bit with torch's copy_ on the same device; NaN by class; "
+        "C-undefined float -> integer values excluded",
+        "notes": CPU_NOTE if mode == "cpu" else None,
+        "summary": summarise(pairs),
+        "issue_cases": cases,
+        "pairs": pairs,
+    }  # fmt: skip
+    data = merge(args.out, args.label or ops["base"], section)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(data, indent=1) + "\n")
+    s = section["summary"]
+    print(
+        f"{mode} base {args.label or ops['base']}: {len(pairs)} pairs x {len(LAYOUTS)} layouts; "
+        f"differing elements before {s['before_differ']} ({s['before_errors']} errors), "
+        f"after {s['after_differ']} ({s['after_errors']} errors) -> {args.out}"
+    )
+    print("pairs differing after:", s["pairs_after_differ"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

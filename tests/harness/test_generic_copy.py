@@ -1,0 +1,117 @@
+"""PR 2: the generic copy_ (flag_gems/ops/copy.py) converts every dtype pair as torch does.
+
+Calls the generic op directly (in this repository ``use_gems`` dispatches to the
+kunlunxin op), over every (src, dst) pair of copyfix.generic_conversions.DTYPES, three
+layouts (contiguous, transpose, expand) and the edge values of each source dtype, and
+compares bit for bit with torch's copy_ on the same tensors (NaN by class; the float ->
+integer conversions C leaves undefined are not compared: see that module).  The
+pre-image op (the base file the overlay replaces) must differ on the issue's four cases,
+so these tests fail without the fix.
+"""
+
+import contextlib
+import json
+from pathlib import Path
+
+import pytest
+
+from copyfix import emulation
+
+MODE = emulation.activate()  # before flag_gems (and any kernel) is defined
+
+import torch  # noqa: E402
+
+from copyfix import generic_conversions as gc  # noqa: E402
+
+pytestmark = pytest.mark.harness
+
+RECORDED_H200 = (
+    Path(__file__).resolve().parents[2] / "results" / "conversions_h200.json"
+)
+PAIRS = [f"{s}->{d}" for s in gc.DTYPES for d in gc.DTYPES]
+
+
+@pytest.fixture(scope="module")
+def ops():
+    with gc.cpu_device_guard() if MODE == "cpu" else contextlib.nullcontext():
+        yield gc.generic_ops()
+
+
+def device():
+    return emulation.device()
+
+
+def test_before_is_a_known_base_file_and_after_is_the_overlay(ops):
+    assert ops["before_file"]["sha256"] in gc.PREIMAGES
+    repo_op = gc.REPO / "src" / "flag_gems" / gc.OP_RELPATH
+    assert ops["after_file"]["sha256"] == gc.sha256(repo_op)
+    assert ops["before_file"]["sha256"] != ops["after_file"]["sha256"]
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+def test_after_converts_as_torch(ops, pair):
+    src_name, dst_name = pair.split("->")
+    values = gc.inputs(src_name)
+    for layout in gc.LAYOUTS:
+        ref, src = gc.layout_pair(values, gc.DTYPES[dst_name], layout, device())
+        ref.copy_(src)
+        dst = torch.zeros_like(ref)
+        ops["after"].copy_(dst, src)
+        bad = gc.differing(dst, ref, src)
+        assert bad == 0, (
+            f"{layout}-{pair}: {bad} of {ref.numel()} elements differ; "
+            f"src {src.cpu().tolist()[:12]} got {dst.cpu().tolist()[:12]} "
+            f"torch {ref.cpu().tolist()[:12]}"
+        )
+
+
+@pytest.mark.parametrize(
+    "case", gc.ISSUE_CASES, ids=[f"{s}->{d}" for s, _, d in gc.ISSUE_CASES]
+)
+def test_issue_case_before_differs_after_matches(ops, case):
+    src_name, values, dst_name = case
+    src = torch.tensor(values, dtype=gc.DTYPES[src_name], device=device())
+    ref = torch.empty(src.shape, dtype=gc.DTYPES[dst_name], device=device()).copy_(src)
+    after = torch.zeros_like(ref)
+    ops["after"].copy_(after, src)
+    assert gc.differing(after, ref, src) == 0
+    before = torch.zeros_like(ref)
+    ops["before"].copy_(before, src)
+    if MODE == "cpu" and (src_name, dst_name) == ("float32", "uint8"):
+        # The interpreter stores a negative float into uint8 as numpy does (wrapping),
+        # so here the pre-image happens to agree with torch.  Its kernel is a plain
+        # store, whose conversion the H200 recorded (results/conversions_h200.json,
+        # "implicit"): -1.5 -> 0 where torch gives 255.
+        assert before.tolist() == ref.tolist()
+        record = json.loads(RECORDED_H200.read_text())["pairs"]["float32->uint8"]
+        index = gc.inputs("float32").tolist().index(-1.5)
+        assert (record["implicit"][index], record["torch_device"][index]) == (0, 255)
+        return
+    assert gc.differing(before, ref, src) > 0, (before.tolist(), ref.tolist())
+
+
+def test_float8_conversions_go_to_aten_and_same_dtype_copies_stay(ops):
+    can = ops["after"]._can_use_triton
+    f32 = torch.zeros(4, device=device())
+    for name in ("float8_e4m3fn", "float8_e5m2"):
+        f8 = torch.zeros(4, dtype=gc.DTYPES[name], device=device())
+        assert not can(f8, f32) and not can(f32, f8)
+        assert can(f8, torch.zeros_like(f8))
+    assert can(torch.zeros(4, dtype=torch.bool, device=device()), f32)
+
+
+def test_kernel_choice(ops):
+    op = ops["after"]
+
+    def kernel(src_dtype, dst_dtype):
+        src = torch.zeros(2, dtype=src_dtype, device=device())
+        return op._kernel_for(torch.zeros(2, dtype=dst_dtype, device=device()), src)
+
+    assert kernel(torch.float32, torch.bool) is op._to_bool_kernel
+    assert kernel(torch.bool, torch.bool) is op._copy_kernel
+    assert kernel(torch.float16, torch.uint8) is op._float_to_uint8_kernel
+    assert kernel(torch.int8, torch.uint8) is op._copy_kernel
+    assert kernel(torch.uint64, torch.bfloat16) is op._int_to_bf16_kernel
+    assert kernel(torch.float64, torch.float16) is op._through_fp32_kernel
+    assert kernel(torch.float64, torch.bfloat16) is op._through_fp32_kernel
+    assert kernel(torch.float32, torch.bfloat16) is op._copy_kernel
