@@ -147,33 +147,47 @@ def worker_env(folder: Path, cfg: dict, mode: str) -> dict:
     return env
 
 
-def test_command(cfg: dict) -> str:
-    src = (REPO / cfg["tests"]).read_text()
+def test_files(cfg: dict) -> list:
+    """The test files that must kill the mutants (config `tests`: a path or a list)."""
+    tests = cfg["tests"]
+    return [tests] if isinstance(tests, str) else list(tests)
+
+
+def _test_names(path: str) -> list:
+    tree = ast.parse((REPO / path).read_text())
     names = [
         n.name
-        for n in ast.parse(src).body
+        for n in tree.body
         if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")
     ]
     names += [  # tests defined under `if hypothesis ...:`
         n.name
-        for top in ast.parse(src).body
+        for top in tree.body
         if isinstance(top, ast.If)
         for n in top.orelse + top.body
         if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")
     ]
-    names = list(dict.fromkeys(names))
-    unknown = [n for n in cfg["first"] + cfg["last"] if n not in names]
+    return list(dict.fromkeys(names))
+
+
+def test_command(cfg: dict) -> str:
+    """pytest -x over every test of the files: `first` names, the rest in file order,
+    then `last` (a name is looked up in the files in their order)."""
+    nodes = [(f, n) for f in test_files(cfg) for n in _test_names(f)]
+    where = {}
+    for f, n in nodes:
+        where.setdefault(n, (f, n))
+    unknown = [n for n in cfg["first"] + cfg["last"] if n not in where]
     if unknown:  # ordering only: a test that is not there is not run
         print(
-            f"note: mutation/config.toml orders tests {cfg['tests']} lacks: {unknown}",
+            f"note: mutation/config.toml orders tests its files lack: {unknown}",
             file=sys.stderr,
         )
-    first = [n for n in cfg["first"] if n in names]
-    last = [n for n in cfg["last"] if n in names]
-    middle = [n for n in names if n not in first and n not in last]
-    order = first + middle + last
-    nodes = " ".join(f"{cfg['tests']}::{n}" for n in order)
-    return f"{BIN / 'python'} -m pytest -x -q -p no:cacheprovider {nodes}"
+    first = [where[n] for n in cfg["first"] if n in where]
+    last = [where[n] for n in cfg["last"] if n in where]
+    middle = [x for x in nodes if x not in first and x not in last]
+    order = " ".join(f"{f}::{n}" for f, n in first + middle + last)
+    return f"{BIN / 'python'} -m pytest -x -q -p no:cacheprovider {order}"
 
 
 def _free_port() -> int:
@@ -336,7 +350,7 @@ def run(args) -> int:
         if args.only:
             skip_outside(session, cfg, args.only)
         meta = {"runs": [], "only": args.only}
-    tests = [cfg["tests"]]
+    tests = test_files(cfg)
     workers = []
     try:
         for i, port in enumerate(ports):

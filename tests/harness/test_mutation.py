@@ -49,7 +49,7 @@ def test_config_names_existing_tests_in_a_valid_order():
     command = mutation.test_command(cfg)
     nodes = [a.split("::")[1] for a in command.split() if "::" in a]
     assert len(nodes) == len(set(nodes))  # every test once
-    assert nodes[: len(cfg["first"])] == cfg["first"]
+    assert nodes[: len(cfg["first"])] == cfg["first"]  # (names: every one exists)
     assert nodes[-len(cfg["last"]) :] == cfg["last"]
     for name in cfg["scopes"]:
         assert isinstance(cfg["scopes"][name]["exclude-operators"], list)

@@ -22,11 +22,20 @@ def _pristine_base_copy() -> Path:
 
 
 def _fake_checkout(root: Path, copy_text: bytes) -> Path:
-    """A FlagGems-shaped checkout: src/flag_gems with the kunlunxin copy.py."""
+    """A FlagGems-shaped checkout: src/flag_gems with the kunlunxin copy.py given, and
+    the base's own pre-image of every other file the overlay replaces."""
+    import flag_gems
+
     pkg = root / "src" / "flag_gems"
     (pkg / COPY_REL).parent.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / COPY_REL).write_bytes(copy_text)
+    kept = Path(flag_gems.__file__).parent / "_overlay_preimages"
+    for path in kept.rglob("*.py"):
+        rel = path.relative_to(kept).as_posix()
+        if rel != COPY_REL:
+            (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, pkg / rel)
     return root
 
 
