@@ -12,38 +12,33 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""KunlunXIN copy_ / copy: strided layouts through the Triton kernel, torch's semantics.
+# Removed with the fast launch and coalescing (docs/COPY_REPORT.md records them): tests of _launches, _coalesce, _plan.
 
-Every reference is computed by torch on the CPU from the same values, and tensors
-reach the device only as contiguous buffers: on KunlunXIN torch's own strided
-copy is the kernel that fails, so it cannot serve as the reference there.
+"""KunlunXIN copy_ / copy (harness tests): which path each copy takes, torch's semantics.
+
+Overlay-only companion of the PR file tests/test_copy_ops.py: it counts the Triton
+launches (kernel and rank) and aten fallbacks of every copy, pins internals with
+mocks, and fuzzes. Every reference is computed by torch on the CPU from the same
+values, and tensors reach the device only as contiguous buffers: on KunlunXIN torch's
+own strided copy is the kernel that fails, so it cannot serve as the reference there.
 """
 
 import contextlib
 import os
 import sys
-import threading
-import types
 import warnings
 from unittest import mock
 
+import hypothesis
 import pytest
 import torch
-import triton
 
 import flag_gems
 
-try:
-    import hypothesis
-except ImportError:  # the fuzz test is skipped, the rest still runs
-    hypothesis = None
+pytestmark = pytest.mark.harness
 
 DEVICE = flag_gems.device
 COPY_MODULE = "_kunlunxin.ops.copy"
-
-pytestmark = pytest.mark.skipif(
-    flag_gems.vendor_name != "kunlunxin", reason="tests the KunlunXIN copy_"
-)
 
 FLOAT_DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 INT_DTYPES = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
@@ -78,64 +73,55 @@ DTYPE_PAIRS = [(d, d) for d in TRITON_DTYPES] + [
     (torch.float32, torch.bool),
     (torch.int32, torch.bool),
 ]
+BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+SIGN = {2: -(2**15), 4: -(2**31), 8: -(2**63)}  # the sign bit, as a signed integer
 
 
 def _same(t):
     return t
 
 
-# name: (src base shape, src view, dst base shape, dst view, rank after coalescing)
+# name: (src base shape, src view, dst base shape, dst view)
 LAYOUTS = {
-    "contiguous": ((64, 33), _same, (64, 33), _same, 1),
-    "expand_row": ((128,), lambda s: s.expand(4, 128), (4, 128), _same, 2),
+    "contiguous": ((64, 33), _same, (64, 33), _same),
+    "expand_row": ((128,), lambda s: s.expand(4, 128), (4, 128), _same),
     "sdpa_mask": (
         (2, 1, 1, 16),
         lambda s: s.expand(2, 4, 16, 16),
         (2, 4, 16, 16),
         _same,
-        3,
     ),
-    "broadcast": ((33,), _same, (8, 33), _same, 2),
-    "scalar_0d": ((), _same, (5, 7), _same, 1),
-    "transpose": ((33, 64), lambda s: s.t(), (64, 33), _same, 2),
-    "both_transposed": ((33, 64), lambda s: s.t(), (33, 64), lambda d: d.t(), 1),
-    "step_slice": ((40, 60), lambda s: s[::2, 1::3], (20, 20), _same, 2),
-    "permute4d": (
-        (3, 4, 5, 6),
-        lambda s: s.permute(2, 0, 3, 1),
-        (5, 3, 6, 4),
-        _same,
-        4,
-    ),
+    "broadcast": ((33,), _same, (8, 33), _same),
+    "scalar_0d": ((), _same, (5, 7), _same),
+    "transpose": ((33, 64), lambda s: s.t(), (64, 33), _same),
+    "both_transposed": ((33, 64), lambda s: s.t(), (33, 64), lambda d: d.t()),
+    "step_slice": ((40, 60), lambda s: s[::2, 1::3], (20, 20), _same),
+    "permute4d": ((3, 4, 5, 6), lambda s: s.permute(2, 0, 3, 1), (5, 3, 6, 4), _same),
     "transpose4d_inner": (
         (2, 3, 4, 5),
         lambda s: s.transpose(2, 3),
         (2, 3, 5, 4),
         _same,
-        3,
     ),
     "composite": (
         (10, 12, 14),
         lambda s: s.permute(2, 0, 1)[1:, ::2, 3:9].unsqueeze(1).expand(13, 3, 5, 6),
         (13, 3, 5, 6),
         _same,
-        4,
     ),
-    "dst_transposed": ((33, 64), _same, (64, 33), lambda d: d.t(), 2),
-    "dst_step_slice": ((40, 16), lambda s: s.t(), (16, 80), lambda d: d[:, ::2], 2),
+    "dst_transposed": ((33, 64), _same, (64, 33), lambda d: d.t()),
+    "dst_step_slice": ((40, 16), lambda s: s.t(), (16, 80), lambda d: d[:, ::2]),
     "size1_dims": (
         (7, 9),
         lambda s: s.t().unsqueeze(0).unsqueeze(2),
         (1, 9, 1, 7),
         _same,
-        2,
     ),
     "rank8": (
         (2, 3, 2, 3, 2, 3, 2, 3),
         lambda s: s.permute(7, 6, 5, 4, 3, 2, 1, 0),
         (3, 2, 3, 2, 3, 2, 3, 2),
         _same,
-        8,
     ),
 }
 
@@ -154,7 +140,8 @@ def c_defined(src, target):
     float -> int64 -> uint8; the target otherwise). Nothing else is excluded.
     NaN results are compared by position only (assert_bit_exact with exact_nans=False
     across dtypes): IEEE 754 leaves a converted NaN's payload and sign to the
-    implementation, and torch's own CPU paths disagree on it.
+    implementation, and torch's own CPU paths disagree on it (bf16: torch gives
+    0x7FC0, compiled Triton and this kernel 0x7FFF).
     """
     if not src.is_floating_point() or target.is_floating_point or target is torch.bool:
         return torch.ones(src.shape, dtype=torch.bool)
@@ -191,11 +178,43 @@ def make_values(shape, dtype, target, gen):
     ).to(dtype)
 
 
+def expected_kernel(dst, src, snapshot=False):
+    """The kernel copy_ must launch for dst <- src (src broadcast to dst's shape).
+
+    A conversion where Triton's store differs from torch gets its own kernel; any
+    other copy takes _copy_kernel when both sides are contiguous (a snapshot is),
+    copy_slice otherwise.
+    """
+    s, d = src.dtype, dst.dtype
+    if d is torch.bool and s is not torch.bool:
+        return "_to_bool_kernel"
+    if d is torch.bfloat16 and not (s.is_floating_point or s is torch.bool):
+        return "_int_to_bf16_kernel"
+    if d is torch.uint8 and s.is_floating_point:
+        return "_float_to_uint8_kernel"
+    dense = snapshot or src.expand(dst.shape).is_contiguous()
+    return "_copy_kernel" if dst.is_contiguous() and dense else "copy_slice"
+
+
+def expected_launches(dst, src, snapshot=False):
+    """(kernel, rank) of every launch of a copy that runs in Triton, in order."""
+    rank = dst.dim()
+    launches = [("copy_slice", rank)] if snapshot else []
+    launches.append((expected_kernel(dst, src, snapshot), rank))
+    if src.is_neg() != dst.is_neg():
+        launches.append(("_negate_kernel", rank))
+    return launches
+
+
 class Case:
     """One copy: CPU originals for the reference, device buffers for flag_gems."""
 
-    def __init__(self, layout, src_dtype, dst_dtype, seed=0):
-        src_shape, self.src_view, dst_shape, self.dst_view, self.rank = LAYOUTS[layout]
+    def __init__(self, layout, src_dtype, dst_dtype, seed=0, neg=""):
+        src_shape, self.src_view, dst_shape, self.dst_view = LAYOUTS[layout]
+        if "src" in neg or neg == "both":
+            self.src_view = _negated(self.src_view)
+        if "dst" in neg or neg == "both":
+            self.dst_view = _negated(self.dst_view)
         gen = torch.Generator().manual_seed(seed)
         self.name = f"{layout}-{SHORT[src_dtype]}->{SHORT[dst_dtype]}"
         self.src_base = make_values(src_shape, src_dtype, dst_dtype, gen)
@@ -203,17 +222,39 @@ class Case:
         self.dev_dst_base = self.dst_base.to(DEVICE, copy=True)
         self.src = self.src_view(self.src_base.to(DEVICE, copy=True))
         self.dst = self.dst_view(self.dev_dst_base)
-        self.exact_nans = src_dtype == dst_dtype
+        self.exact_nans = (
+            src_dtype == dst_dtype and self.src.is_neg() == self.dst.is_neg()
+        )
 
     def reference(self):
         ref = self.dst_base.clone()
-        self.dst_view(ref).copy_(self.src_view(self.src_base))
+        torch_copy_(self.dst_view(ref), self.src_view(self.src_base))
         return ref
 
     def check(self):
         assert_bit_exact(
             self.dev_dst_base, self.reference(), self.name, self.exact_nans
         )
+
+
+def _negated(view):
+    return lambda t: torch._neg_view(view(t))
+
+
+def torch_copy_(dst, src):
+    """torch's copy_ on the host, as its copy kernel defines it: the stored values
+    converted, then dst negated in its dtype where the two negation bits differ.
+
+    Spelled out because torch 2.13's CPU kernel drops the negation on its
+    contiguous float32 <-> float16 path (torch.zeros(3, dtype=torch.float16)
+    .copy_(torch._neg_view(torch.full((3,), 2.5))) gives 2.5; its strided and
+    every other path give -2.5).
+    """
+    stored_dst = torch._neg_view(dst) if dst.is_neg() else dst
+    stored_dst.copy_(torch._neg_view(src) if src.is_neg() else src)
+    if dst.is_neg() != src.is_neg():
+        stored_dst.neg_()
+    return dst
 
 
 def host_view(t):
@@ -229,8 +270,7 @@ def assert_bit_exact(res, ref, what, exact_nans=True):
     res = host_view(res)
     assert res.dtype == ref.dtype and res.shape == ref.shape, what
     if res.dtype.is_floating_point:
-        as_int = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-        bits = as_int[res.element_size()]
+        bits = BITS[res.element_size()]
         diff = res.view(bits) != ref.view(bits)
         if not exact_nans:
             diff &= ~(torch.isnan(res) & torch.isnan(ref))
@@ -244,32 +284,35 @@ def assert_bit_exact(res, ref, what, exact_nans=True):
         )
 
 
+KERNELS = (
+    "_copy_kernel",
+    "copy_slice",
+    "_to_bool_kernel",
+    "_int_to_bf16_kernel",
+    "_float_to_uint8_kernel",
+    "_negate_kernel",
+)
+
+
 class Paths:
     def __init__(self):
-        self.ranks = []  # one entry per Triton kernel launch: the kernel's rank
+        self.launches = []  # one (kernel name, rank) per Triton kernel launch
         self.fallbacks = 0  # aten copy_ redispatches
-        self.lookups = []  # the launch keys copy_ looked up
+
+    @property
+    def kernels(self):
+        return [name for name, _ in self.launches]
 
 
 @contextlib.contextmanager
 def track_paths():
-    """Count Triton launches (with their rank) and aten fallbacks of copy_.
-
-    A launch is counted where copy_ picks the generated wrapper of a rank and, on
-    its fast path, where it replays a recorded launch.
-    """
+    """Count the Triton launches (kernel, rank) and aten fallbacks of copy_."""
     mod, paths = copy_module(), Paths()
     redispatch = torch.ops.aten.copy_.default.redispatch
-    kernels = (
-        mod._copy_kernel,
-        mod._copy_to_bool_kernel,
-        mod._copy_int_to_bf16_kernel,
-        mod._copy_via_int64_kernel,
-    )
 
-    def counting(instantiate):
+    def counting(name, instantiate):
         def counting_instantiate(rank):
-            paths.ranks.append(rank)
+            paths.launches.append((name, rank))
             return instantiate(rank)
 
         return counting_instantiate
@@ -278,41 +321,19 @@ def track_paths():
         paths.fallbacks += 1
         return redispatch(*args, **kwargs)
 
-    class CountedLaunches(dict):  # copy_'s recorded launches, replays counted
-        def get(self, key, default=None):
-            paths.lookups.append(key)
-            launch = super().get(key, default)
-            if launch is None:
-                return launch
-            runner, args, wrapper, *spans = launch
-            (rank,) = [
-                n for k in kernels for n, w in k.overloads.items() if w is wrapper
-            ]
-
-            def counted_runner(*args):
-                runner(*args)
-                paths.ranks.append(rank)
-
-            return counted_runner, args, wrapper, *spans
-
-    launches = CountedLaunches(mod._launches)
-
-    def keep_records(recorded=mod._launches):
-        recorded.clear()
-        recorded.update(launches)
-
     with contextlib.ExitStack() as stack:
-        stack.callback(keep_records)
-        for kernel in kernels:
+        for name in KERNELS:
+            kernel = getattr(mod, name)
             stack.enter_context(
-                mock.patch.object(kernel, "instantiate", counting(kernel.instantiate))
+                mock.patch.object(
+                    kernel, "instantiate", counting(name, kernel.instantiate)
+                )
             )
         stack.enter_context(
             mock.patch.object(
                 torch.ops.aten.copy_.default, "redispatch", counting_redispatch
             )
         )
-        stack.enter_context(mock.patch.object(mod, "_launches", launches))
         yield paths
 
 
@@ -347,7 +368,8 @@ def test_copy_layout_dtype_matrix(layout, pair):
         out = gems_copy_(case.dst, case.src)
     assert out is case.dst
     assert paths.fallbacks == 0, f"{case.name} fell back to aten"
-    assert paths.ranks == [case.rank], f"{case.name}: launches/ranks {paths.ranks}"
+    expected = expected_launches(case.dst, case.src)
+    assert paths.launches == expected, f"{case.name}: {paths.launches}"
     case.check()
 
 
@@ -448,9 +470,11 @@ def test_copy_conversion_edge_values(pair):
         what = f"{layout}-{_pair_id(pair)}"
         dev_dst_base = dst_base.contiguous().to(DEVICE, copy=True)
         src = src_view(src_base.contiguous().to(DEVICE, copy=True))
+        dst = dst_view(dev_dst_base)
         with track_paths() as paths:
-            gems_copy_(dst_view(dev_dst_base), src)
-        assert paths.fallbacks == 0 and paths.ranks == [1], what
+            gems_copy_(dst, src)
+        assert paths.fallbacks == 0, what
+        assert paths.launches == expected_launches(dst, src), what
         ref = dst_base.contiguous().clone()
         dst_view(ref).copy_(src_view(src_base.contiguous()))
         assert_bit_exact(dev_dst_base, ref, what, src_dtype == dst_dtype)
@@ -481,7 +505,8 @@ def test_copy_direct_call(layout, src_dtype, dst_dtype):
     with track_paths() as paths:
         out = copy_module().copy_(case.dst, case.src)
     assert out is case.dst
-    assert paths.fallbacks == 0 and paths.ranks == [case.rank], case.name
+    assert paths.fallbacks == 0, case.name
+    assert paths.launches == expected_launches(case.dst, case.src), case.name
     case.check()
 
 
@@ -491,21 +516,102 @@ def test_copy_functional(layout):
     case = Case(layout, torch.float32, torch.bfloat16, seed=2)
     with track_paths() as paths:
         out = copy_module().copy(case.dst, case.src)
-    assert paths.fallbacks == 0 and len(paths.ranks) == 1
+    assert paths.fallbacks == 0
+    assert paths.launches == expected_launches(out, case.src)
     assert out.shape == case.dst.shape and out.stride() == case.dst.stride()
     assert out.data_ptr() != case.dst.data_ptr()
     expected = case.dst_view(case.reference())
     assert_bit_exact(out, expected, case.name, exact_nans=False)
 
 
+# templates with internal overlap (a broadcast dim of size > 1)
+_OVERLAPPING_TEMPLATES = {
+    "expand_rows": lambda device: torch.zeros(3, device=device).expand(2, 3),
+    "expand_cols": lambda device: torch.zeros(3, 1, device=device).expand(3, 4),
+    "expand_transposed": lambda device: (
+        torch.zeros(4, 1, device=device).expand(4, 3).t()
+    ),
+}
+
+
 @pytest.mark.copy
-def test_copy_functional_overlapping_template():
-    # aten::copy clones a template with internal overlap densely
-    template = torch.zeros(3, device=DEVICE).expand(2, 3)
-    src = torch.arange(6.0).view(2, 3)
+@pytest.mark.xfail(
+    strict=True,
+    raises=RuntimeError,
+    reason="op bug (c256842 dropped copy()'s has_internal_overlapping branch of "
+    "0b98bf2): copy(torch.zeros(3).expand(2, 3), torch.arange(6.0).view(2, 3)) "
+    "raises 'unsupported operation: more than one element of the written-to "
+    "tensor refers to a single memory location...' (its result keeps the "
+    "template's stride 0); aten::copy returns a dense (3, 1) copy of src",
+)
+@pytest.mark.parametrize("template", list(_OVERLAPPING_TEMPLATES))
+def test_copy_functional_overlapping_template(template):
+    # aten::copy cannot keep such a template's strides (the copy into it would
+    # raise): its result is dense; these 2-D ones come out contiguous, as aten's do
+    make = _OVERLAPPING_TEMPLATES[template]
+    cpu_template = make("cpu")
+    src = torch.arange(float(cpu_template.numel())).view(cpu_template.shape)
+    ref = torch.ops.aten.copy.default(cpu_template, src)
+    with track_paths() as paths:
+        out = copy_module().copy(make(DEVICE), src.to(DEVICE))
+    assert paths.fallbacks == 0 and len(paths.launches) == 1
+    assert out.is_contiguous() and out.stride() == ref.stride()
+    assert_bit_exact(out, ref, template)
+
+
+@pytest.mark.copy
+@pytest.mark.xfail(
+    strict=True,
+    reason="op bug: copy() of an internally overlapping template: aten::copy "
+    "(clone with preserve_format) gives dense strides in the template's dim order, "
+    "(4, 3, 5) template strides (1, 4, 0) -> aten (5, 20, 1); the op raises the "
+    "internal-overlap error (HEAD), or gave contiguous (15, 5, 1) (0b98bf2)",
+)
+def test_copy_functional_overlapping_template_keeps_dim_order():
+    cpu_template = torch.zeros(3, 4, 1).expand(3, 4, 5).permute(1, 0, 2)
+    src = torch.randn(cpu_template.shape)
+    ref = torch.ops.aten.copy.default(cpu_template, src)
+    assert ref.stride() == (5, 20, 1)
+    template = torch.zeros(3, 4, 1, device=DEVICE).expand(3, 4, 5).permute(1, 0, 2)
     out = copy_module().copy(template, src.to(DEVICE))
-    assert out.is_contiguous()
-    assert_bit_exact(out, src, "expanded template")
+    assert_bit_exact(out, ref, "values")  # (these agree)
+    assert out.stride() == ref.stride()
+
+
+@pytest.mark.copy
+@pytest.mark.xfail(
+    strict=True,
+    reason="op bug (inherited from the pre-image): copy() returns a fresh buffer "
+    "at storage offset 0; aten::copy clones the template's storage "
+    "(clone_preserve_strides) and keeps its storage offset: template "
+    "zeros(4, 6)[1:, ::2] (offset 6) -> aten offset 6, op offset 0",
+)
+def test_copy_functional_keeps_template_storage_offset():
+    cpu_template = torch.zeros(4, 6)[1:, ::2]
+    src = torch.randn(cpu_template.shape)
+    ref = torch.ops.aten.copy.default(cpu_template, src)
+    out = copy_module().copy(torch.zeros(4, 6, device=DEVICE)[1:, ::2], src.to(DEVICE))
+    assert out.stride() == ref.stride()  # (these agree)
+    assert out.storage_offset() == ref.storage_offset() == 6
+
+
+@pytest.mark.copy
+def test_copy_functional_keyword_arguments():
+    # copy(template, src=..., non_blocking=...): torch's argument names work
+    src = torch.randn(3, 5)
+    template = torch.empty(5, 3, device=DEVICE).t()
+    out = copy_module().copy(template, src=src.to(DEVICE), non_blocking=False)
+    assert out.stride() == template.stride()
+    assert_bit_exact(out, src, "keywords")
+
+
+@pytest.mark.copy_
+def test_copy_same_rank_broadcast_functional():
+    # copy(template, x[:1]): the functional form broadcasts the same way
+    src = torch.randn(4, 16)
+    template = torch.empty(6, 16, device=DEVICE)
+    out = copy_module().copy(template, src.to(DEVICE)[:1])
+    assert_bit_exact(out, src[:1].expand(6, 16).contiguous(), "copy(template, x[:1])")
 
 
 # ---------------------------------------------------------------------------
@@ -526,7 +632,7 @@ def test_copy_rank_coverage(rank, pair):
     src_base = make_values(shape[::-1], pair[0], pair[1], gen)
     dst_base = make_values(shape[:-1] + (2 * shape[-1],), pair[1], pair[1], gen)
 
-    def src_view(t):  # reversed permutation: no two dims can merge
+    def src_view(t):  # reversed permutation
         return t.permute(*reversed(range(rank)))
 
     def dst_view(t):  # every other element of the innermost dim
@@ -535,80 +641,30 @@ def test_copy_rank_coverage(rank, pair):
     dev_dst_base = dst_base.to(DEVICE, copy=True)
     with track_paths() as paths:
         gems_copy_(dst_view(dev_dst_base), src_view(src_base.to(DEVICE, copy=True)))
-    assert paths.fallbacks == 0 and paths.ranks == [rank]
+    assert paths.fallbacks == 0 and paths.launches == [("copy_slice", rank)]
     ref = dst_base.clone()
     dst_view(ref).copy_(src_view(src_base))
     assert_bit_exact(dev_dst_base, ref, f"rank{rank}", pair[0] == pair[1])
-
-
-@pytest.mark.copy_
-@pytest.mark.parametrize(
-    "shape, dst_strides, src_strides, expected",
-    [
-        # contiguous
-        ((4, 5, 6), (30, 6, 1), (30, 6, 1), ((120,), (1,), (1,))),
-        # SDPA mask (B,1,1,S) -> (B,H,S,S): H and the query dim merge
-        (
-            (2, 8, 16, 16),
-            (2048, 256, 16, 1),
-            (16, 0, 0, 1),
-            ((2, 128, 16), (2048, 16, 1), (16, 0, 1)),
-        ),
-        # contiguous source into a transposed destination: destination order wins
-        ((4, 5), (1, 4), (5, 1), ((5, 4), (4, 1), (1, 5))),
-        # size-1 dims vanish
-        ((1, 3, 1, 2), (6, 2, 2, 1), (99, 2, 7, 1), ((6,), (1,), (1,))),
-        # one element
-        ((1, 1), (1, 1), (5, 3), ((1,), (1,), (1,))),
-        # broadcast source (stride 0) merges with stride-0 neighbours
-        ((3, 4, 5), (20, 5, 1), (0, 0, 0), ((60,), (1,), (0,))),
-    ],
-)
-def test_coalesce(shape, dst_strides, src_strides, expected):
-    assert copy_module()._coalesce(shape, dst_strides, src_strides) == expected
-
-
-@pytest.mark.copy_
-@pytest.mark.parametrize(
-    "shape, dst_strides, src_strides, expected",
-    [
-        # equal destination strides (an as_strided window view): the smaller dim
-        # goes inner, as TensorIterator orders it
-        ((2, 3), (1, 1), (3, 1), ((3, 2), (1, 1), (1, 3))),
-        # a broadcast source dim (stride 0) does not break the destination's tie
-        ((4, 2, 3), (1, 1, 4), (0, 1, 2), ((3, 4, 2), (4, 1, 1), (2, 0, 1))),
-        (
-            (4, 2, 2, 3),
-            (2, 2, 1, 2),
-            (1, 3, 3, 0),
-            ((2, 3, 4, 2), (2, 2, 2, 1), (3, 0, 1, 3)),
-        ),
-        # a tie that only a later dim resolves: the sort keeps scanning past it
-        ((4, 2, 4), (4, 4, 4), (2, 4, 1), ((4, 4, 2), (4, 4, 4), (2, 1, 4))),
-    ],
-)
-def test_coalesce_ties_follow_tensoriterator(shape, dst_strides, src_strides, expected):
-    assert copy_module()._coalesce(shape, dst_strides, src_strides) == expected
 
 
 # ---------------------------------------------------------------------------
 # same-rank broadcasts: a size-1 source dim with a real (nonzero) stride
 # ---------------------------------------------------------------------------
 
-# name: (src base shape, src view, dst base shape, dst view, rank after coalescing)
+# name: (src base shape, src view, dst base shape, dst view)
 SAME_RANK_BROADCASTS = {
     # a (1, C) bias row into (N, C): the most common broadcast there is
-    "row_1xC": ((1, 33), _same, (8, 33), _same, 2),
-    "row_into_two_rows": ((1, 33), _same, (2, 33), _same, 2),
-    "first_row": ((5, 33), lambda s: s[:1], (8, 33), _same, 2),
-    "row_into_transposed": ((1, 33), _same, (33, 8), lambda d: d.t(), 2),
-    "row_into_step_slice": ((5, 33), lambda s: s[3:4], (8, 66), lambda d: d[:, ::2], 2),
+    "row_1xC": ((1, 33), _same, (8, 33), _same),
+    "row_into_two_rows": ((1, 33), _same, (2, 33), _same),
+    "first_row": ((5, 33), lambda s: s[:1], (8, 33), _same),
+    "row_into_transposed": ((1, 33), _same, (33, 8), lambda d: d.t()),
+    "row_into_step_slice": ((5, 33), lambda s: s[3:4], (8, 66), lambda d: d[:, ::2]),
     # a middle dim: (B, 1, S) sliced out of a bigger tensor, into (B, H, S)
-    "middle_dim": ((3, 4, 10), lambda s: s[:, 1:2, ::2], (3, 6, 5), _same, 3),
-    "outer_and_inner": ((1, 7, 1), _same, (4, 7, 3), _same, 3),
-    "one_element_1x1": ((5, 6), lambda s: s[2:3, 4:5], (3, 4), _same, 1),
-    "0d_view": ((6,), lambda s: s[4], (5, 7), _same, 1),
-    "0d_into_0d": ((6,), lambda s: s[4], (3,), lambda d: d[2], 1),
+    "middle_dim": ((3, 4, 10), lambda s: s[:, 1:2, ::2], (3, 6, 5), _same),
+    "outer_and_inner": ((1, 7, 1), _same, (4, 7, 3), _same),
+    "one_element_1x1": ((5, 6), lambda s: s[2:3, 4:5], (3, 4), _same),
+    "0d_view": ((6,), lambda s: s[4], (5, 7), _same),
+    "0d_into_0d": ((6,), lambda s: s[4], (3,), lambda d: d[2]),
 }
 SAME_RANK_PAIRS = [
     (torch.float32, torch.float32),
@@ -623,29 +679,22 @@ SAME_RANK_PAIRS = [
 @pytest.mark.parametrize("pair", SAME_RANK_PAIRS, ids=_pair_id)
 @pytest.mark.parametrize("layout", list(SAME_RANK_BROADCASTS))
 def test_copy_same_rank_broadcast(layout, pair):
-    src_shape, src_view, dst_shape, dst_view, rank = SAME_RANK_BROADCASTS[layout]
+    src_shape, src_view, dst_shape, dst_view = SAME_RANK_BROADCASTS[layout]
     gen = torch.Generator().manual_seed(11)
     src_base = make_values(src_shape, pair[0], pair[1], gen)
     dst_base = make_values(dst_shape, pair[1], pair[1], gen)
     dev_dst_base = dst_base.to(DEVICE, copy=True)
     src = src_view(src_base.to(DEVICE, copy=True))
-    assert src.dim() in (0, dst_view(dst_base).dim())
+    dst = dst_view(dev_dst_base)
+    assert src.dim() in (0, dst.dim())
     with track_paths() as paths:
-        gems_copy_(dst_view(dev_dst_base), src)
+        gems_copy_(dst, src)
     name = f"{layout}-{_pair_id(pair)}"
-    assert paths.fallbacks == 0 and paths.ranks == [rank], f"{name}: {paths.ranks}"
+    assert paths.fallbacks == 0, name
+    assert paths.launches == expected_launches(dst, src), f"{name}: {paths.launches}"
     ref = dst_base.clone()
     dst_view(ref).copy_(src_view(src_base))
     assert_bit_exact(dev_dst_base, ref, name, pair[0] == pair[1])
-
-
-@pytest.mark.copy_
-def test_copy_same_rank_broadcast_functional():
-    # copy(template, x[:1]): the functional form broadcasts the same way
-    src = torch.randn(4, 16)
-    template = torch.empty(6, 16, device=DEVICE)
-    out = copy_module().copy(template, src.to(DEVICE)[:1])
-    assert_bit_exact(out, src[:1].expand(6, 16).contiguous(), "copy(template, x[:1])")
 
 
 @pytest.mark.copy_
@@ -659,42 +708,8 @@ def test_copy_into_size1_dim_with_zero_stride():
     assert view.stride() == (0, 1)
     with track_paths() as paths:
         gems_copy_(view, src.to(DEVICE))
-    assert paths.fallbacks == 0 and paths.ranks == [1]
+    assert paths.fallbacks == 0 and paths.launches == [("_copy_kernel", 2)]
     assert_bit_exact(dst, src[0], "a row of an expanded destination")
-
-
-@pytest.mark.copy
-def test_copy_functional_keyword_arguments():
-    # copy(template, src=..., non_blocking=...): torch's argument names work
-    src = torch.randn(3, 5)
-    template = torch.empty(5, 3, device=DEVICE).t()
-    out = copy_module().copy(template, src=src.to(DEVICE), non_blocking=False)
-    assert out.stride() == template.stride()
-    assert_bit_exact(out, src, "keywords")
-
-
-@pytest.mark.copy_
-def test_plan_int32_bounds():
-    # One launch while every element offset fits int32 (<= 2**31 - 1) and the 12
-    # CTAs' power-of-two tiles do too (numel <= 12 * 2**27); one past either bound
-    # must split. Plans are computed from sizes and strides, nothing is allocated.
-    plan = copy_module()._plan
-    big = 12 * 2**27
-    assert plan((big,), (1,), (1,))[3:] == (big, True)
-    assert plan((big + 1,), (1,), (1,))[3:] == (big + 1, False)
-    last = 2**31 - 1  # the largest offset int32 can index
-    assert plan((2, 3), (last, 1), (3, 1))[4] is False  # dst offset last + 2
-    assert plan((2, 3), (last - 2, 1), (3, 1))[4] is True  # dst offset exactly last
-    assert plan((2, 3), (3, 1), (last - 2, 1))[4] is True
-    assert plan((2, 3), (3, 1), (last - 1, 1))[4] is False  # src offset last + 1
-    # a broadcast source (stride 0) adds no offset, however large the dst dim
-    assert plan((3, 2**20), (2**20, 1), (0, 1)) == (
-        (3, 2**20),
-        (2**20, 1),
-        (0, 1),
-        3 * 2**20,
-        True,
-    )
 
 
 # ---------------------------------------------------------------------------
@@ -723,13 +738,16 @@ def test_copy_illegal_broadcast(dst_shape, src_shape):
     with track_paths() as paths, pytest.raises(expected[0]) as err:
         gems_copy_(dst, src)
     assert str(err.value) == expected[1]
-    assert paths.ranks == [] and paths.fallbacks == 0
+    assert paths.launches == [] and paths.fallbacks == 0
     assert bool((dst.cpu() == 7.0).all()), "destination was written before the error"
 
 
 def _overlap_cases():
     def internal(x):
         return x[0].expand(4, 4), torch.ones(4, 4, device=x.device)
+
+    def internal_and_bad_shape(x):  # torch reports the overlap first
+        return x[0].expand(4, 4), torch.ones(3, device=x.device)
 
     def transpose(x):
         return x, x.t()
@@ -752,8 +770,12 @@ def _overlap_cases():
     def shifted_back(x):
         return x[:-1], x[1:]
 
+    def partial_and_bad_shape(x):  # torch reports the overlap first
+        return x.view(-1)[:6], x.view(-1)[4:8]
+
     return {
         "internal": internal,
+        "internal_and_bad_shape": internal_and_bad_shape,
         "transpose": transpose,
         "shifted": shifted,
         "element_inside": element_inside,
@@ -761,6 +783,7 @@ def _overlap_cases():
         "element_in_wider_element": element_in_wider_element,
         "empty_source_inside": empty_source_inside,
         "shifted_back": shifted_back,
+        "partial_and_bad_shape": partial_and_bad_shape,
     }
 
 
@@ -774,7 +797,7 @@ def test_copy_overlap_errors(kind):
     with track_paths() as paths, pytest.raises(expected[0]) as err:
         gems_copy_(*make(x))
     assert str(err.value) == expected[1]
-    assert paths.ranks == [] and paths.fallbacks == 0
+    assert paths.launches == [] and paths.fallbacks == 0
     assert_bit_exact(x, cpu, f"{kind}: destination untouched")
 
 
@@ -786,7 +809,7 @@ def test_copy_alias_empty_destination_inside_a_source_element():
     x = cpu.to(DEVICE, copy=True)
     with track_paths() as paths:
         gems_copy_(x.view(torch.int16)[1:1], x.view(torch.int32)[:1])
-    assert paths.ranks == [] and paths.fallbacks == 0
+    assert paths.launches == [] and paths.fallbacks == 0
     assert_bit_exact(x, cpu, "empty destination")
 
 
@@ -801,11 +824,15 @@ def test_copy_direct_call_defaults_to_a_blocking_copy(monkeypatch):
         return redispatch(*args)
 
     monkeypatch.setattr(torch.ops.aten.copy_.default, "redispatch", spy)
-    src = torch._neg_view(torch.randn(3, 4, device=DEVICE))
-    copy_module().copy_(torch.zeros(3, 4, device=DEVICE), src)
-    copy_module().copy_(torch.zeros(3, 4, device=DEVICE), src, True)
-    copy_module().copy(torch.zeros(3, 4, device=DEVICE), src)  # functional copy
-    copy_module().copy(torch.zeros(3, 4, device=DEVICE), src, non_blocking=True)
+    src = torch.randn(3, 4, dtype=torch.complex64, device=DEVICE)  # a fallback dtype
+
+    def dst():
+        return torch.zeros(3, 4, dtype=torch.complex64, device=DEVICE)
+
+    copy_module().copy_(dst(), src)
+    copy_module().copy_(dst(), src, True)
+    copy_module().copy(dst(), src)  # functional copy
+    copy_module().copy(dst(), src, non_blocking=True)
     assert seen == [False, True, False, True]
 
 
@@ -821,7 +848,7 @@ def test_copy_slice_kernel_is_kept():
 
 
 _ALIAS_WITHOUT_ERROR = {
-    # x[:, ::2] <- x[:, 1::2]: one storage, disjoint elements
+    # x[:, ::2] <- x[:, 1::2]: one storage, disjoint elements, interleaved bytes
     "interleaved": lambda x: (x[:, ::2], x[:, 1::2]),
     # x[0, :6] <- x[:, 0]: one element shared, the source not dense; torch cannot
     # classify that overlap and copies without an error
@@ -835,12 +862,15 @@ def test_copy_alias_without_error(views):
     make = _ALIAS_WITHOUT_ERROR[views]
     cpu = torch.randn(6, 8)
     x = cpu.to(DEVICE, copy=True)
+    dst, src = make(x)
     with track_paths() as paths:
-        gems_copy_(*make(x))
+        gems_copy_(dst, src)
     ref = cpu.clone()
-    dst, src = make(ref)
-    dst.copy_(src)
-    assert paths.fallbacks == 0 and len(paths.ranks) >= 1
+    ref_dst, ref_src = make(ref)
+    ref_dst.copy_(ref_src)
+    # the byte ranges overlap, the source is not dense: it is read whole first
+    assert paths.fallbacks == 0
+    assert paths.launches == expected_launches(dst, src, snapshot=True)
     assert_bit_exact(x, ref, views)
 
 
@@ -864,18 +894,19 @@ def test_copy_alias_disjoint_halves_need_no_snapshot(step, dst_rows, src_rows):
         gems_copy_(*views(x))
     ref = cpu.clone()
     (lambda d, s: d.copy_(s))(*views(ref))
-    assert paths.fallbacks == 0 and paths.ranks == [1]  # no snapshot launch
+    assert paths.fallbacks == 0
+    assert paths.launches == expected_launches(*views(x))  # no snapshot launch
     assert_bit_exact(x, ref, "disjoint halves")
 
 
 @pytest.mark.copy_
 @pytest.mark.parametrize(
-    "n, dst_start, src_start, ranks",
-    [(9, 4, 0, [1, 1]), (9, 0, 4, [1, 1]), (10, 0, 5, [1]), (10, 5, 0, [1])],
+    "n, dst_start, src_start, snapshot",
+    [(9, 4, 0, True), (9, 0, 4, True), (10, 0, 5, False), (10, 5, 0, False)],
     ids=["one-shared-dst-after", "one-shared-src-after", "touching", "touching-rev"],
 )
 def test_copy_alias_strided_views_read_first_only_when_sharing(
-    n, dst_start, src_start, ranks
+    n, dst_start, src_start, snapshot
 ):
     # x[a:a+5:2] <- x[b:b+5:2]. Sharing only one element (src's last is dst's first,
     # or the reverse) is still an overlap: src is read whole before anything is
@@ -883,11 +914,13 @@ def test_copy_alias_strided_views_read_first_only_when_sharing(
     # other's last element is no overlap: one launch.
     cpu = torch.randn(n)
     x = cpu.to(DEVICE, copy=True)
+    dst, src = x[dst_start : dst_start + 5 : 2], x[src_start : src_start + 5 : 2]
     with track_paths() as paths:
-        gems_copy_(x[dst_start : dst_start + 5 : 2], x[src_start : src_start + 5 : 2])
+        gems_copy_(dst, src)
     ref = cpu.clone()
     ref[dst_start : dst_start + 5 : 2] = cpu[src_start : src_start + 5 : 2].clone()
-    assert paths.fallbacks == 0 and paths.ranks == ranks
+    assert paths.fallbacks == 0
+    assert paths.launches == expected_launches(dst, src, snapshot)
     assert_bit_exact(x, ref, f"x[{dst_start}::2] <- x[{src_start}::2]")
 
 
@@ -917,7 +950,8 @@ def test_copy_alias_overlapping_views_read_before_write():
         gems_copy_(x[:, 1:], x[:, :-1])
     ref = cpu.clone()
     ref[:, 1:] = cpu[:, :-1].clone()
-    assert paths.fallbacks == 0 and len(paths.ranks) == 2  # snapshot, then copy
+    assert paths.fallbacks == 0
+    assert paths.launches == [("copy_slice", 2), ("copy_slice", 2)]  # snapshot, copy
     assert_bit_exact(x, ref, "shifted alias")
 
 
@@ -928,7 +962,7 @@ def test_copy_self_alias_is_noop():
     with track_paths() as paths:
         gems_copy_(x, x)
         gems_copy_(x, x[:])  # another view with identical metadata
-    assert paths.ranks == [] and paths.fallbacks == 0
+    assert paths.launches == [] and paths.fallbacks == 0
     assert_bit_exact(x, before.cpu(), "self copy")
 
 
@@ -941,277 +975,44 @@ def test_copy_full_overlap_dtype_view():
         gems_copy_(x.view(torch.int32), x)
     ref = cpu.clone()
     ref.view(torch.int32).copy_(ref)
-    assert paths.fallbacks == 0 and paths.ranks == [1]
+    assert paths.fallbacks == 0 and paths.launches == [("_copy_kernel", 2)]
     assert_bit_exact(x, ref, "int32 view of itself")
 
 
-@pytest.mark.copy_
-def test_copy_empty():
-    with track_paths() as paths:
-        gems_copy_(torch.empty(0, 3, device=DEVICE), torch.ones(3, device=DEVICE))
-        gems_copy_(
-            torch.empty(3, 0, device=DEVICE).t(),
-            torch.empty(3, device=DEVICE).expand(0, 3),
-        )
-    assert paths.ranks == [] and paths.fallbacks == 0
-
-
-@pytest.mark.copy_
-def test_copy_zero_dim():
-    dst = torch.zeros((), device=DEVICE)
-    with track_paths() as paths:
-        gems_copy_(dst, torch.tensor(2.5, device=DEVICE))
-        gems_copy_(torch.empty(3, device=DEVICE)[1], torch.tensor(1.0, device=DEVICE))
-    assert paths.fallbacks == 0 and paths.ranks == [1, 1]
-    assert dst.item() == 2.5
-
-
-@pytest.mark.copy_
-def test_copy_zero_tensors():
-    z = torch._efficientzerotensor(3, device=DEVICE)
-    expected = torch_error(lambda: torch._efficientzerotensor(3).copy_(torch.ones(3)))
-    with pytest.raises(expected[0]) as err:
-        copy_module().copy_(z, torch.ones(3, device=DEVICE))
-    assert str(err.value) == expected[1]
-    dst = torch.ones(2, 3, device=DEVICE)
-    copy_module().copy_(dst, torch._efficientzerotensor(3, device=DEVICE))
-    assert bool((dst.cpu() == 0).all())
-
-
-SCALAR_CASES = [
-    (value, dtype)
-    for dtype in (torch.float32, torch.bfloat16, torch.int32, torch.bool)
-    for value in (3.7, -2, True, 1e10, 2.0**-140, 1.00390625)
-    if not (dtype is torch.int32 and value == 1e10)  # overflow: undefined in C++
-]
-
-
-@pytest.mark.copy_
-@pytest.mark.parametrize("value, dtype", SCALAR_CASES, ids=lambda x: str(x))
-def test_copy_python_scalar(value, dtype):
-    ref = torch.zeros(2, 3, dtype=dtype)
-    ref.copy_(value)  # torch wraps the number as a float64/int64/bool tensor
-    dst = torch.zeros(2, 3, dtype=dtype, device=DEVICE).t()
-    with track_paths() as paths:
-        copy_module().copy_(dst, value)
-    assert paths.fallbacks == 0 and len(paths.ranks) == 1
-    assert_bit_exact(dst.t(), ref, f"scalar {value!r}")
-
-
-# Python numbers that float32 cannot hold: torch wraps a float as float64 and an
-# int as int64, so a count like 2**24 + 1 or a tiny flag like 1e-50 survives.
-SCALAR_ROUNDING_CASES = [
-    (2.0**24 + 1, torch.int32),
-    (-(2.0**40) - 1, torch.int64),
-    (1e-50, torch.bool),
-    (1e-40, torch.float32),
-    (2**53 + 1, torch.int64),
-    (-(2**62) - 1, torch.int64),
-]
-
-
-@pytest.mark.copy_
-@pytest.mark.parametrize("value, dtype", SCALAR_ROUNDING_CASES, ids=lambda x: str(x))
-def test_copy_python_scalar_rounds_once(value, dtype):
-    ref = torch.zeros(3, 4, dtype=dtype)
-    ref.copy_(value)
-    dst = torch.zeros(4, 6, dtype=dtype, device=DEVICE)[:, ::2].t()
-    with track_paths() as paths:
-        copy_module().copy_(dst, value)
-    assert paths.fallbacks == 0 and len(paths.ranks) == 1
-    assert_bit_exact(dst, ref, f"scalar {value!r} -> {dtype}")
-
-
-@pytest.mark.copy_
-def test_copy_python_scalar_rejects_other_types():
-    with pytest.raises(TypeError):
-        copy_module().copy_(torch.zeros(3, device=DEVICE), [1, 2, 3])
-
-
-@pytest.mark.copy_
-def test_copy_complex_to_real_keeps_warning():
-    src = torch.randn(4, 6, dtype=torch.complex64)
-    dst = torch.zeros(4, 6, device=DEVICE)
-    torch.set_warn_always(True)
-    try:
-        with track_paths() as paths, warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            gems_copy_(dst, src.to(DEVICE))
-    finally:
-        torch.set_warn_always(False)
-    assert paths.fallbacks == 1 and paths.ranks == []
-    assert any("discards the imaginary part" in str(w.message) for w in caught)
-    assert_bit_exact(dst, src.real.contiguous(), "complex->real")
-
-
-@pytest.mark.copy_
-def test_copy_fallback_dtypes():
-    # float64 is disabled by the KunlunXIN descriptor; float8_e8m0fnu has no Triton type
-    cases = [(torch.float64, torch.float64), (torch.float32, torch.float64)]
-    if hasattr(torch, "float8_e8m0fnu"):
-        cases.append((torch.float8_e8m0fnu, torch.float32))
-    for src_dtype, dst_dtype in cases:
-        src = (torch.rand(3, 5) * 8).to(src_dtype)
-        dst = torch.zeros(3, 5, dtype=dst_dtype, device=DEVICE)
-        with track_paths() as paths:
-            gems_copy_(dst, src.to(DEVICE))
-        expect_fallback = not (
-            flag_gems.runtime.device.support_fp64
-            and src_dtype is not torch.float8_e8m0fnu
-        )
-        assert (paths.fallbacks, len(paths.ranks)) == (
-            (1, 0) if expect_fallback else (0, 1)
-        )
-        assert_bit_exact(dst, src.to(dst_dtype), f"{src_dtype}->{dst_dtype}")
-
-
-@pytest.mark.copy_
-def test_copy_fallback_reasons_name_the_cause():
-    # the debug line of every fallback says why, so a slow path can be traced
-    reason = copy_module()._fallback_reason
-    x = torch.zeros(2, 3, device=DEVICE)
-    assert reason(x, torch.zeros(2, 3, device=DEVICE)) is None
-    if not flag_gems.runtime.device.support_fp64:
-        f64 = torch.zeros(2, 3, dtype=torch.float64, device=DEVICE)
-        assert (
-            reason(x, f64)
-            == "dtype torch.float64->torch.float32 not supported by Triton here"
-        )
-    c64 = torch.zeros(2, 3, dtype=torch.complex64, device=DEVICE)
-    assert reason(x, c64).startswith("complex dtype")
-    assert reason(x, torch._neg_view(x)) == "lazy negation bit"
-    assert reason(x, torch.zeros(2, 3, device="meta")) == "cross-device or meta copy"
-    q = torch.quantize_per_tensor(torch.zeros(2, 3), 0.1, 0, torch.qint8)
-    assert reason(q, q) == "quantized tensor"
-    assert reason(q, torch.zeros(2, 3)) == "quantized tensor"  # quantizing copy
-    assert reason(x, torch.eye(3).to_sparse()) == "non-strided layout"
-
-
-@pytest.mark.copy_
-def test_copy_neg_view_goes_to_fallback():
-    # a lazy negation bit must be materialised, which the raw copy kernel would not do
-    src = torch.randn(3, 4)
-    dst = torch.zeros(3, 4, device=DEVICE)
-    with track_paths() as paths:
-        copy_module().copy_(dst, torch._neg_view(src.to(DEVICE)))
-    assert paths.fallbacks == 1 and paths.ranks == []
-    assert_bit_exact(dst, -src, "neg view")
-
-
-@pytest.mark.copy_
-def test_copy_quantized_and_sparse_go_to_fallback():
-    mod = copy_module()
-    q = torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8)
-    dst_q = torch.quantize_per_tensor(torch.zeros(4), 0.1, 0, torch.qint8)
-    sparse = torch.eye(3).to_sparse()
-    expected = torch_error(lambda: torch.zeros(3, 3).copy_(sparse))
-    with track_paths() as paths:
-        mod.copy_(dst_q, q)
-        with pytest.raises(expected[0]) as err:
-            mod.copy_(torch.zeros(3, 3), sparse)
-    assert str(err.value) == expected[1]
-    assert paths.fallbacks == 1 and paths.ranks == []  # + sparse: dispatched by layout
-    assert torch.equal(dst_q.int_repr(), q.int_repr())
-
-
-@pytest.mark.copy_
-def test_copy_cross_device_goes_to_fallback():
-    src = torch.empty(3, 4, device="meta")
-    expected = torch_error(lambda: torch.zeros(3, 4).copy_(src))
-    dst = torch.zeros(3, 4, device=DEVICE)
-    with track_paths() as paths, pytest.raises(expected[0]) as err:
-        copy_module().copy_(dst, src)
-    assert str(err.value) == expected[1]
-    assert paths.fallbacks == 1 and paths.ranks == []
-    if DEVICE != "cpu":  # host -> device, contiguous: the runtime's memcpy
-        cpu_src = torch.randn(3, 4)
-        with track_paths() as paths:
-            copy_module().copy_(dst, cpu_src)
-        assert paths.fallbacks == 1
-        assert_bit_exact(dst, cpu_src, "host to device")
-
-
-@pytest.mark.copy_
-def test_copy_splits_what_int32_cannot_index(monkeypatch, request):
-    # Shrink the per-launch bounds so the split path runs on small tensors.
-    mod = copy_module()
-    monkeypatch.setattr(mod, "_MAX_NUMEL", 300)
-    monkeypatch.setattr(mod, "_MAX_OFFSET", 1000)
-    caches = (mod._layout, mod._plan)  # plans remember whether they fit one launch
-    for cache in caches:
-        cache.cache_clear()
-        request.addfinalizer(cache.cache_clear)
-    monkeypatch.setattr(mod, "_launches", {})  # and so do recorded launches
-    case = Case("transpose", torch.float32, torch.bfloat16, seed=3)
-    with track_paths() as paths:
-        gems_copy_(case.dst, case.src)
-    assert paths.fallbacks == 0 and len(paths.ranks) > 2
-    case.check()
-    case = Case("dst_step_slice", torch.int64, torch.int64, seed=4)
-    with track_paths() as paths:
-        gems_copy_(case.dst, case.src)
-    assert paths.fallbacks == 0 and len(paths.ranks) > 2
-    case.check()
-
-
-@contextlib.contextmanager
-def count_libentry_runs():
-    """Count LibEntry.run calls: the generated wrapper's launches (fast ones skip it)."""
-    from flag_gems.utils.libentry import LibEntry
-
-    with mock.patch.object(
-        LibEntry, "run", autospec=True, side_effect=LibEntry.run
-    ) as run:
-        yield run
-
-
-@pytest.mark.copy_
-def test_copy_fast_launch_replays_what_libentry_launched(request):
-    # The first copy of a layout goes through the generated wrapper and LibEntry;
-    # later copies of that layout launch LibEntry's cached kernel directly.
-    mod = copy_module()
-    mod._launches.clear()
-    request.addfinalizer(mod._launches.clear)
-    with count_libentry_runs() as run:
-        for seed in range(3):
-            case = Case("permute4d", torch.float32, torch.bfloat16, seed=seed)
-            with track_paths() as paths:
-                gems_copy_(case.dst, case.src)
-            assert paths.ranks == [LAYOUTS["permute4d"][4]] and paths.fallbacks == 0
-            case.check()
-        assert run.call_count == 1
-        assert sum(v is not None for v in mod._launches.values()) == 1
-        # the same layout from a source or into a destination 4 bytes off 16-byte
-        # alignment: LibEntry compiles per alignment, so each is a layout of its own
-        src_base = torch.randn(8 * 6 + 1, device=DEVICE)
-        dst_base = torch.empty(6 * 8 + 1, device=DEVICE)
-        calls = []
-        for src_off, dst_off in [(0, 0), (0, 0), (1, 0), (1, 0), (0, 1), (0, 1)]:
-            src = src_base[src_off : src_off + 48].view(8, 6).t()
-            dst = dst_base[dst_off : dst_off + 48].view(6, 8)
-            before = run.call_count
-            gems_copy_(dst, src)
-            calls.append(run.call_count - before)
-            assert_bit_exact(dst, host_view(src).contiguous(), f"{src_off} {dst_off}")
-        assert calls == [1, 0, 1, 0, 1, 0]
-        # earlier layouts stay cached while others are added
-        before = run.call_count
-        gems_copy_(dst_base[:48].view(6, 8), src_base[:48].view(8, 6).t())
-        assert run.call_count == before
-
-
+# Aliasing and special tensors, each against torch's result or error (destination
+# untouched on an error), cut from 16-element buffers.
 _ALIASING = (
     "partial_overlap",
     "one_element_shared_src_first",
     "one_element_shared_dst_first",
     "overlapping_views",
+    "overlapping_views_neg",
     "self_view",
+    "self_neg",
     "adjacent_halves",
     "adjacent_halves_dst_first",
     "bytes_shared_across_dtypes",
     "adjacent_across_dtypes",
 )
-_DISJOINT = ("adjacent_halves", "adjacent_halves_dst_first", "adjacent_across_dtypes")
+# variant: kernels launched (each at the destination's rank); None: an error
+_VARIANT_KERNELS = {
+    "src_neg": ["copy_slice", "_negate_kernel"],
+    "dst_neg": ["copy_slice", "_negate_kernel"],
+    "src_zero": [],  # dst.zero_()
+    "dst_zero": None,
+    "src_meta": None,  # the fallback raises torch's error
+    "partial_overlap": None,
+    "one_element_shared_src_first": None,
+    "one_element_shared_dst_first": None,
+    "overlapping_views": ["copy_slice", "copy_slice"],  # snapshot, then the copy
+    "overlapping_views_neg": ["copy_slice", "copy_slice", "_negate_kernel"],
+    "self_view": [],  # the same view: a no-op
+    "self_neg": ["_copy_kernel", "_negate_kernel"],  # x <- -x, in place
+    "adjacent_halves": ["_copy_kernel"],
+    "adjacent_halves_dst_first": ["_copy_kernel"],
+    "bytes_shared_across_dtypes": None,
+    "adjacent_across_dtypes": ["_copy_kernel"],
+}
 
 
 def _views(variant, dst_buf, src_buf):
@@ -1230,18 +1031,18 @@ def _views(variant, dst_buf, src_buf):
         return dst_buf[:8], src_buf.view(torch.int16)[12:20]
     if variant == "adjacent_across_dtypes":  # float32 [16, 48), int16 [0, 16)
         return dst_buf[4:12], src_buf.view(torch.int16)[:8]
-    if variant == "overlapping_views":  # not dense: torch reads every element first
+    if variant.startswith("overlapping_views"):  # not dense: torch reads all first
         return dst_buf.view(4, 4)[1:, :3], src_buf.view(4, 4)[:3, 1:]
     if variant == "self_view":
         return dst_buf.view(4, 4).t(), src_buf.view(4, 4).t()
-    if variant in ("src_zero", "dst_zero"):  # the layout of a ZeroTensor
+    if variant in ("src_zero", "dst_zero", "self_neg"):
         return dst_buf.view(4, 4), src_buf.view(4, 4)
     return dst_buf.view(4, 4), src_buf.view(4, 4).t()
 
 
 def _variant(variant, buf, src_buf):
     dst, src = _views(variant, buf, buf if variant in _ALIASING else src_buf)
-    if variant == "src_neg":
+    if variant in ("src_neg", "overlapping_views_neg", "self_neg"):
         src = torch._neg_view(src)
     elif variant == "dst_neg":
         dst = torch._neg_view(dst)
@@ -1255,311 +1056,625 @@ def _variant(variant, buf, src_buf):
 
 
 @pytest.mark.copy_
-@pytest.mark.parametrize(
-    "variant", ["src_neg", "dst_neg", "src_zero", "dst_zero", "src_meta", *_ALIASING]
-)
-def test_copy_fast_path_checks_what_its_key_leaves_out(request, variant):
-    # A recorded launch key stands for checks passed by its dtypes, devices, shapes,
-    # strides and alignment. A later copy of that layout with a negation bit, a zero
-    # tensor, a source elsewhere or a source aliasing the destination still gets
-    # torch's result or error (the destination untouched), not the recorded launch.
-    mod = copy_module()
-    mod._launches.clear()
-    request.addfinalizer(mod._launches.clear)
+@pytest.mark.parametrize("variant", list(_VARIANT_KERNELS))
+def test_copy_alias_and_special_tensors(variant):
+    # a negation bit, a zero tensor on either side, a source elsewhere, a source
+    # sharing bytes with the destination (one element either way, across dtypes,
+    # views torch cannot classify, the same view): torch's result or error
     cpu = torch.arange(16, dtype=torch.float32) - 5
-    plain = _views(variant, torch.zeros(16, device=DEVICE), cpu.to(DEVICE))
-    gems_copy_(*plain)
-    ((key, launch),) = mod._launches.items()
-    assert launch is not None
     aliasing = variant in _ALIASING
     buf = cpu.to(DEVICE, copy=True) if aliasing else torch.zeros(16, device=DEVICE)
     ref_buf = cpu.clone() if aliasing else torch.zeros(16)
     dst, src = _variant(variant, buf, cpu.to(DEVICE))
     ref_dst, ref_src = _variant(variant, ref_buf, cpu)
-    if variant == "overlapping_views":  # every element reads its old value
+    if variant.startswith("overlapping_views"):  # every element reads its old value
         ref_src = ref_src.clone()
-    before = buf.cpu()
+    before = host_view(buf).clone()
     try:
         ref_dst.copy_(ref_src)
         error = None
     except Exception as exc:  # noqa: BLE001 - we compare whatever torch raises
         error = exc
-    with track_paths() as paths, count_libentry_runs() as run:
+    kernels = _VARIANT_KERNELS[variant]
+    assert (error is None) == (kernels is not None), f"torch: {error!r}"
+    with track_paths() as paths:
         if error is None:
-            assert mod.copy_(dst, src) is dst
+            assert copy_module().copy_(dst, src) is dst
         else:
             with pytest.raises(type(error)) as err:
-                mod.copy_(dst, src)
-    # each variant but src_meta looks up the recorded key; only a copy whose bytes
-    # are disjoint replays its launch, and no replay failed (that drops the record)
-    if variant == "src_meta":
-        assert len(paths.lookups) == 1 and paths.lookups[0] != key
-    else:
-        assert paths.lookups == [key]
-    assert mod._launches[key] is launch
-    assert run.call_count == (variant == "overlapping_views") * 2
+                copy_module().copy_(dst, src)
     if error is None:
         assert_bit_exact(buf, ref_buf, variant)
     else:
         assert str(err.value) == str(error)
         assert_bit_exact(buf, before, f"{variant}: destination untouched")
-    fallbacks = variant in ("src_neg", "dst_neg", "src_meta")
-    assert paths.fallbacks == fallbacks
-    assert bool(paths.ranks) == (variant in ("overlapping_views", *_DISJOINT))
+    assert paths.fallbacks == (variant == "src_meta")
+    assert paths.launches == [(k, dst.dim()) for k in kernels or []]
 
 
 @pytest.mark.copy_
-@pytest.mark.parametrize("other", [1, -1])
-def test_copy_on_another_device_takes_the_wrapper(monkeypatch, request, other):
-    # LibEntry caches kernels per current device, and a cached kernel launches on the
-    # current device: a copy whose tensors live elsewhere goes through the wrapper
-    # (which enters their device), every time, and is never recorded.
-    mod = copy_module()
-    mod._launches.clear()
-    request.addfinalizer(mod._launches.clear)
-    src = torch.randn(5, 6, device=DEVICE)
-    dst = torch.empty(6, 5, device=DEVICE)
-    elsewhere = types.SimpleNamespace(current_device=lambda: dst.get_device() + other)
-    # a wrapper generated now takes copy.py's globals, the real torch_device_fn
-    # among them; one generated under the patch would keep the stand-in for good
-    mod._copy_kernel.instantiate(2)
-    monkeypatch.setattr(mod, "torch_device_fn", elsewhere)
-    with count_libentry_runs() as run:
-        for _ in range(2):
-            gems_copy_(dst, src.t())
-            assert_bit_exact(dst, host_view(src).t().contiguous(), "elsewhere")
-    assert run.call_count == 2 and not mod._launches
+def test_copy_empty():
+    with track_paths() as paths:
+        gems_copy_(torch.empty(0, 3, device=DEVICE), torch.ones(3, device=DEVICE))
+        gems_copy_(
+            torch.empty(3, 0, device=DEVICE).t(),
+            torch.empty(3, device=DEVICE).expand(0, 3),
+        )
+        # an empty destination with a stride-0 dim of size > 1: no internal
+        # overlap for torch (no element at all)
+        dst = torch.empty(1, device=DEVICE).as_strided((4, 0), (0, 1))
+        torch.empty(1).as_strided((4, 0), (0, 1)).copy_(torch.ones(4, 0))  # torch: ok
+        gems_copy_(dst, torch.ones(4, 0, device=DEVICE))
+    assert paths.launches == [] and paths.fallbacks == 0
 
 
 @pytest.mark.copy_
-@pytest.mark.parametrize(
-    "wrapper_kind",
-    ["no_libentry", "no_libentry_launch", "two_launches", "other_src", "other_dst"],
-)
-def test_copy_fast_launch_records_only_the_copys_own_launch(wrapper_kind):
-    # Only one LibEntry launch of the copy's own tensors is recorded: a wrapper without
-    # a LibEntry, one that launches nothing through it, or one that hands the kernel
-    # other tensors (which a replay would then bypass) is launched and not recorded.
-    mod = copy_module()
-    generated = mod._copy_kernel.instantiate(2)
-    src = torch.randn(3, 4, device=DEVICE)
-    dst = torch.empty(3, 4, device=DEVICE)
-
-    def in_generated_module(fn):  # the same function, with the generated globals
-        globals_ = generated.__globals__
-        return types.FunctionType(fn.__code__, globals_, None, None, fn.__closure__)
-
-    wrappers = {
-        "no_libentry": lambda s, out0: generated(s, out0=out0),
-        "no_libentry_launch": in_generated_module(lambda s, out0: out0.fill_(0)),
-        "two_launches": in_generated_module(
-            lambda s, out0: [generated(s, out0=out0) for _ in range(2)]
-        ),
-        "other_src": in_generated_module(
-            lambda s, out0: generated(s.clone(), out0=out0)
-        ),
-        "other_dst": in_generated_module(
-            lambda s, out0: generated(s, out0=out0.view(out0.shape))
-        ),
-    }
-    assert mod._launch_and_record(wrappers[wrapper_kind], src, dst) is None
-
-
-@pytest.mark.copy_
-def test_copy_fast_launch_cache_is_bounded(monkeypatch, request):
-    mod = copy_module()
-    mod._launches.clear()
-    request.addfinalizer(mod._launches.clear)
-    monkeypatch.setattr(mod, "_MAX_LAUNCHES", 3)
-    for n in range(2, 8):  # six layouts
-        src = torch.randn(n, 5, device=DEVICE)
-        dst = torch.empty(5, n, device=DEVICE)
-        gems_copy_(dst, src.t())
-        assert_bit_exact(dst, host_view(src).t().contiguous(), f"n={n}")
-        assert 1 <= len(mod._launches) <= 3
-
-
-@pytest.mark.copy_
-@pytest.mark.parametrize("recorder_ident", [min, max])
-def test_copy_fast_launch_records_only_its_own_thread(
-    monkeypatch, request, recorder_ident
+def test_copy_internal_overlap_is_checked_for_a_non_empty_destination_only(
+    monkeypatch,
 ):
-    # While one thread records its first copy of a layout, another thread launches the
-    # same kernel through the wrapper; that launch is not taken for the recorded one.
-    # (The recorder is the thread with the smaller, or the larger, ident.)
+    # at::has_internal_overlap calls an empty tensor dense; FlagGems' helper does
+    # too, so copy_'s "non-empty" guard is pinned with a helper that says Yes
     mod = copy_module()
-    mod._launches.clear()
-    request.addfinalizer(mod._launches.clear)
-    src = torch.randn(7, 3, device=DEVICE)
-    dst = torch.empty(3, 7, device=DEVICE)
-    stock_record = mod._launch_and_record
-    go, done, barrier = threading.Event(), threading.Event(), threading.Barrier(2)
-    shared, recorded, errors = {}, [], []
-
-    class Intruded:  # the generated wrapper, with the other thread's launch inside
-        def __init__(self, wrapper):
-            self.__globals__, self.wrapper = wrapper.__globals__, wrapper
-
-        def __call__(self, *args, **kwargs):
-            shared["launch"] = lambda: self.wrapper(*args, **kwargs)
-            go.set()
-            done.wait(60)
-            return self.wrapper(*args, **kwargs)
-
-    def record(wrapper, s, d):
-        recorded.append(stock_record(Intruded(wrapper), s, d))
-        return recorded[-1]
-
-    monkeypatch.setattr(mod, "_launch_and_record", record)
-
-    def thread(name):
-        try:
-            shared[name] = threading.get_ident()
-            barrier.wait(60)
-            if shared[name] == recorder_ident(shared["a"], shared["b"]):
-                gems_copy_(dst, src.t())
-            else:
-                go.wait(60)
-                shared["launch"]()
-        except Exception as error:  # noqa: BLE001 - reported below
-            errors.append(error)
-        finally:
-            go.set()
-            done.set()
-
-    threads = [threading.Thread(target=thread, args=(n,)) for n in "ab"]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors, errors
-    assert_bit_exact(dst, host_view(src).t().contiguous(), "recorded")
-    assert len(recorded) == 1 and recorded[0] is not None
+    monkeypatch.setattr(mod, "has_internal_overlapping", lambda t: mod.MemOverlap.Yes)
+    empty = torch.empty(0, 3, device=DEVICE)
+    with track_paths() as paths:
+        assert mod.copy_(empty, torch.ones(3, device=DEVICE)) is empty
+    assert paths.launches == [] and paths.fallbacks == 0
+    dst = torch.zeros(2, 3, device=DEVICE)
+    with pytest.raises(RuntimeError, match="more than one element of the written-to"):
+        mod.copy_(dst, torch.ones(3, device=DEVICE))
+    assert bool((dst.cpu() == 0).all())
 
 
 @pytest.mark.copy_
-def test_copy_fast_launch_without_constexpr_arguments(monkeypatch, request):
-    # On a Triton where LibEntry leaves constexprs out of a cached launch, the record
-    # holds exactly the kernel's other parameters.
-    mod = copy_module()
-    mod._launches.clear()
-    request.addfinalizer(mod._launches.clear)
-    monkeypatch.setattr(mod, "_LIBENTRY_PASSES_CONSTEXPRS", False)
-    src = torch.randn(4, 9, device=DEVICE)
-    dst = torch.empty(9, 4, device=DEVICE)
-    gems_copy_(dst, src.t())
-    assert_bit_exact(dst, host_view(src).t().contiguous(), "recorded")
-    (record,) = mod._launches.values()
-    entries = [v for v in record[2].__globals__.values() if isinstance(v, mod.LibEntry)]
-    params = entries[0].jit_function.params
-    assert record is not None
-    assert len(record[1]) == sum(not p.is_constexpr for p in params) - 2
+def test_copy_zero_dim():
+    dst = torch.zeros((), device=DEVICE)
+    with track_paths() as paths:
+        gems_copy_(dst, torch.tensor(2.5, device=DEVICE))
+        gems_copy_(torch.empty(3, device=DEVICE)[1], torch.tensor(1.0, device=DEVICE))
+    assert paths.fallbacks == 0
+    assert paths.launches == [("_copy_kernel", 0), ("_copy_kernel", 0)]
+    assert dst.item() == 2.5
 
 
 @pytest.mark.copy_
-def test_copy_fast_launch_calls_the_launch_hooks(request):
-    # A profiler's launch hooks see a fast launch as they see LibEntry's own launch
-    # of its cached kernel.
-    mod = copy_module()
-    mod._launches.clear()
-    request.addfinalizer(mod._launches.clear)
-    hook = mock.Mock()
-    triton.knobs.runtime.launch_enter_hook.add(hook)
-    request.addfinalizer(lambda: triton.knobs.runtime.launch_enter_hook.remove(hook))
-    counts = []
-    for seed in range(3):
-        if seed == 2:  # the same layout again, through LibEntry's cached launch
-            mod._launches.update(dict.fromkeys(mod._launches))
-        case = Case("transpose", torch.float16, torch.float32, seed=seed)
-        before = hook.call_count
-        gems_copy_(case.dst, case.src)
-        counts.append(hook.call_count - before)
-        case.check()
-    fast, libentry_cached = counts[1], counts[2]
-    assert fast == libentry_cached >= 1
+def test_copy_zero_tensors():
+    z = torch._efficientzerotensor(3, device=DEVICE)
+    expected = torch_error(lambda: torch._efficientzerotensor(3).copy_(torch.ones(3)))
+    with pytest.raises(expected[0]) as err:
+        copy_module().copy_(z, torch.ones(3, device=DEVICE))
+    assert str(err.value) == expected[1]
+    dst = torch.ones(2, 3, device=DEVICE)
+    with track_paths() as paths:
+        copy_module().copy_(dst, torch._efficientzerotensor(3, device=DEVICE))
+    assert paths.launches == [] and paths.fallbacks == 0
+    assert bool((dst.cpu() == 0).all())
+
+
+# ---------------------------------------------------------------------------
+# Python numbers
+# ---------------------------------------------------------------------------
 
 
 @pytest.mark.copy_
-@pytest.mark.parametrize(
-    "version, passes",
-    [
-        ((3, 3), True),
-        ((3, 6), True),
-        ((3, 2), False),
-        ((3, 7), False),
-        ((2, 6), False),
-        ((4, 4), False),
-    ],
+@pytest.mark.parametrize("value", [3.7, -2, True, 1j, [1, 2, 3], None], ids=repr)
+def test_copy_direct_call_rejects_a_python_scalar(value):
+    # as upstream's copy_: src must be a Tensor (torch's own Tensor.copy_ wraps a
+    # number into a 0-d tensor before dispatch, and raises TypeError for the rest)
+    dst = torch.full((2, 3), 7.0, device=DEVICE)
+    with track_paths() as paths, pytest.raises(TypeError, match="src must be a Tensor"):
+        copy_module().copy_(dst, value)
+    with pytest.raises(TypeError, match="src must be a Tensor"):
+        copy_module().copy(dst, value)
+    assert paths.launches == [] and paths.fallbacks == 0
+    assert bool((dst.cpu() == 7.0).all())
+
+
+# Numbers through Tensor.copy_: torch wraps a float as a float64 tensor, an int as
+# int64, a bool as bool, so a count like 2**24 + 1 or a tiny flag like 1e-50
+# survives. A Python kernel is handed the number itself, not the wrapped tensor.
+SCALAR_CASES = [
+    (value, dtype)
+    for dtype in (torch.float32, torch.bfloat16, torch.int32, torch.bool)
+    for value in (3.7, -2, True, 1e10, 2.0**-140, 1.00390625)
+    if not (dtype is torch.int32 and value == 1e10)  # overflow: undefined in C++
+] + [
+    (2.0**24 + 1, torch.int32),
+    (-(2.0**40) - 1, torch.int64),
+    (1e-50, torch.bool),
+    (1e-40, torch.float32),
+    (2**53 + 1, torch.int64),
+    (-(2**62) - 1, torch.int64),
+]
+
+
+@pytest.mark.copy_
+@pytest.mark.xfail(
+    strict=True,
+    raises=TypeError,
+    reason="op bug (regression from the previous overlay, as in the pre-image): "
+    "torch's Tensor.copy_(3.7) fills the tensor, but a Python kernel registered "
+    "for copy_ receives the wrapped number back as the Python float (torch's "
+    "toPyObject), and copy_ raises TypeError('src must be a Tensor'): under "
+    "use_gems torch.zeros(3, 4).t().copy_(3.7) raises instead of filling",
 )
-def test_copy_fast_launch_takes_libentrys_argument_convention(
-    monkeypatch, version, passes
-):
-    # LibEntry launches a cached kernel with the constexprs among its arguments on
-    # Triton 3.3-3.6 and without them elsewhere; the fast launch decides from the same
-    # flags of LibEntry's module, so it launches as LibEntry does on any Triton.
-    mod = copy_module()
-    libentry_module = sys.modules[mod.LibEntry.__module__]
-    monkeypatch.setattr(libentry_module, "major_version", version[0])
-    monkeypatch.setattr(libentry_module, "minor_version", version[1])
-    assert mod._libentry_passes_constexprs() is passes
+@pytest.mark.parametrize("value, dtype", SCALAR_CASES, ids=lambda x: str(x))
+def test_copy_python_scalar_through_dispatch(value, dtype):
+    ref = torch.zeros(3, 4, dtype=dtype)
+    ref.copy_(value)
+    dst = torch.zeros(4, 6, dtype=dtype, device=DEVICE)[:, ::2].t()
+    gems_copy_(dst, value)
+    assert_bit_exact(dst, ref, f"scalar {value!r} -> {dtype}")
+
+
+# ---------------------------------------------------------------------------
+# what goes to the aten fallback, and why
+# ---------------------------------------------------------------------------
 
 
 @pytest.mark.copy_
-@pytest.mark.parametrize(
-    "failure",
-    [
-        "unexpected_record",
-        "libentry_returns_nothing",
-        "libentry_returns_the_kernel_alone",
-        "libentry_returns_more",
-        "launch_raises",
-    ],
+def test_copy_complex_to_real_keeps_warning():
+    src = torch.randn(4, 6, dtype=torch.complex64)
+    dst = torch.zeros(4, 6, device=DEVICE)
+    torch.set_warn_always(True)
+    try:
+        with track_paths() as paths, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            gems_copy_(dst, src.to(DEVICE))
+    finally:
+        torch.set_warn_always(False)
+    assert paths.fallbacks == 1 and paths.launches == []
+    assert any("discards the imaginary part" in str(w.message) for w in caught)
+    assert_bit_exact(dst, src.real.contiguous(), "complex->real")
+
+
+@pytest.mark.copy_
+def test_copy_fallback_dtypes():
+    # float64 is disabled by the KunlunXIN descriptor; float8 and complex have no
+    # Triton type there
+    fp64 = flag_gems.runtime.device.support_fp64
+    cases = [
+        (torch.float64, torch.float64, not fp64),
+        (torch.float32, torch.float64, not fp64),
+        (torch.float8_e4m3fn, torch.float32, True),
+        (torch.float32, torch.float8_e5m2, True),
+        (torch.complex64, torch.complex64, True),
+    ]
+    if hasattr(torch, "float8_e8m0fnu"):
+        cases.append((torch.float8_e8m0fnu, torch.float32, True))
+    for src_dtype, dst_dtype, falls_back in cases:
+        src = (torch.rand(3, 5) * 8).to(src_dtype)
+        dst = torch.zeros(3, 5, dtype=dst_dtype, device=DEVICE)
+        with track_paths() as paths:
+            gems_copy_(dst, src.to(DEVICE))
+        what = f"{src_dtype}->{dst_dtype}"
+        assert (paths.fallbacks, len(paths.launches)) == (
+            (1, 0) if falls_back else (0, 1)
+        ), what
+        assert_bit_exact(dst, src.to(dst_dtype), what)
+
+
+@pytest.mark.copy_
+def test_copy_fallback_reasons_name_the_cause():
+    # the debug line of every fallback says why, so a slow path can be traced
+    reason = copy_module()._fallback_reason
+
+    def t(dtype=torch.float32, device=DEVICE):
+        return torch.zeros(2, 3, dtype=dtype, device=device)
+
+    x = t()
+    assert reason(x, t()) is None
+    assert reason(x, torch._neg_view(t())) is None  # negation runs in Triton
+    assert reason(torch._neg_view(x), t()) is None
+    for dtype in INT_DTYPES + FLOAT_DTYPES:
+        assert reason(t(dtype), t(torch.bool)) is None
+        assert reason(t(torch.bool), t(dtype)) is None
+    if not flag_gems.runtime.device.support_fp64:
+        assert reason(x, t(torch.float64)) == "dtype torch.float64 -> torch.float32"
+        assert reason(t(torch.float64), x) == "dtype torch.float32 -> torch.float64"
+    assert reason(x, t(torch.complex64)) == "dtype torch.complex64 -> torch.float32"
+    f8 = t(torch.float8_e4m3fn)
+    assert reason(f8, x) == "dtype torch.float32 -> torch.float8_e4m3fn"
+    # torch negates into bool after the copy and raises there
+    neg_bool = "negation into bool (aten raises for it)"
+    b = t(torch.bool)
+    assert reason(b, torch._neg_view(x)) == neg_bool
+    assert reason(b, torch._neg_view(t(torch.bool))) == neg_bool
+    assert reason(torch._neg_view(b), t(torch.bool)) == neg_bool
+    assert reason(torch._neg_view(b), torch._neg_view(t(torch.bool))) is None
+    assert reason(x, t(device="meta")) == "cross-device or meta copy"
+    assert reason(t(device="meta"), t(device="meta")) == "cross-device or meta copy"
+    q = torch.quantize_per_tensor(torch.zeros(2, 3), 0.1, 0, torch.qint8)
+    assert reason(q, q) == "quantized tensor"
+    assert reason(q, torch.zeros(2, 3)) == "quantized tensor"  # quantizing copy
+    assert reason(torch.zeros(2, 3), q) == "quantized tensor"
+    sparse = torch.eye(3).to_sparse()
+    assert reason(torch.zeros(3, 3), sparse) == "sparse or mkldnn layout"
+    assert reason(sparse, torch.zeros(3, 3)) == "sparse or mkldnn layout"
+
+
+@pytest.mark.copy_
+def test_copy_quantized_goes_to_fallback():
+    q = torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8)
+    dst_q = torch.quantize_per_tensor(torch.zeros(4), 0.1, 0, torch.qint8)
+    with track_paths() as paths:
+        copy_module().copy_(dst_q, q)
+    assert paths.fallbacks == 1 and paths.launches == []
+    assert torch.equal(dst_q.int_repr(), q.int_repr())
+
+
+@pytest.mark.copy_
+def test_copy_sparse_is_dispatched_by_layout():
+    # Tensor.copy_ picks the sparse kernel itself: copy_ is never reached
+    sparse = torch.eye(3).to_sparse()
+    expected = torch_error(lambda: torch.zeros(3, 3).copy_(sparse))
+    with track_paths() as paths, pytest.raises(expected[0]) as err:
+        gems_copy_(torch.zeros(3, 3, device=DEVICE), sparse.to(DEVICE))
+    assert str(err.value) == expected[1]
+    assert paths.launches == [] and paths.fallbacks == 0
+    # sparse into sparse: the sparse kernel, which copies its dense indices and
+    # values with copy_ (those reach the op as plain dense copies)
+    dst = torch.zeros(3, 3).to_sparse().to(DEVICE)
+    with track_paths() as paths:
+        gems_copy_(dst, sparse.to(DEVICE))
+    assert torch.equal(dst.to_dense().cpu(), torch.eye(3))
+    assert paths.fallbacks == 0
+
+
+@pytest.mark.copy_
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="op bug (regression from the previous overlay, as in the pre-image): "
+    "a direct copy_(torch.zeros(3, 3), torch.eye(3).to_sparse()) raises "
+    "NotImplementedError 'Cannot access storage of SparseTensorImpl' "
+    "(the CompositeExplicitAutograd redispatch, and _is_alias_of before it, touch "
+    "the storage) instead of torch's RuntimeError 'copy_() between dense and "
+    "sparse Tensors is not implemented! ...'",
 )
-def test_copy_fast_launch_falls_back_to_the_wrapper(monkeypatch, request, failure):
-    # Whatever goes wrong with the recorded launch, the generated wrapper copies.
-    mod = copy_module()
-    mod._launches.clear()
-    request.addfinalizer(mod._launches.clear)
-    if failure == "unexpected_record":
-        from flag_gems.utils.libentry import LibEntry
-
-        stock = LibEntry.run
-        monkeypatch.setattr(LibEntry, "run", lambda *a, **k: (stock(*a, **k), None))
-    elif failure == "libentry_returns_nothing":  # a LibEntry whose run returns None
-        from flag_gems.utils.libentry import LibEntry
-
-        stock = LibEntry.run
-        monkeypatch.setattr(LibEntry, "run", lambda *a, **k: stock(*a, **k) and None)
-    elif failure == "libentry_returns_the_kernel_alone":
-        from flag_gems.utils.libentry import LibEntry
-
-        stock = LibEntry.run
-        monkeypatch.setattr(LibEntry, "run", lambda *a, **k: stock(*a, **k)[:1])
-    elif failure == "libentry_returns_more":
-        from flag_gems.utils.libentry import LibEntry
-
-        stock = LibEntry.run
-        monkeypatch.setattr(LibEntry, "run", lambda *a, **k: stock(*a, **k) + (None,))
+def test_copy_direct_call_with_sparse_gets_torchs_error():
+    sparse = torch.eye(3).to_sparse()
+    expected = torch_error(lambda: torch.zeros(3, 3).copy_(sparse))
+    try:
+        copy_module().copy_(torch.zeros(3, 3, device=DEVICE), sparse.to(DEVICE))
+    except Exception as exc:  # noqa: BLE001 - compared below
+        got = type(exc), str(exc)
     else:
-        original = mod._launch_and_record
+        got = None
+    assert got == expected
 
-        def broken_runner(*args, **kwargs):
-            raise RuntimeError("launch failed")
 
-        def record(*args):
-            recorded = original(*args)
-            return None if recorded is None else (broken_runner, *recorded[1:])
+@pytest.mark.copy_
+def test_copy_cross_device_goes_to_fallback():
+    src = torch.empty(3, 4, device="meta")
+    expected = torch_error(lambda: torch.zeros(3, 4).copy_(src))
+    dst = torch.zeros(3, 4, device=DEVICE)
+    with track_paths() as paths, pytest.raises(expected[0]) as err:
+        copy_module().copy_(dst, src)
+    assert str(err.value) == expected[1]
+    assert paths.fallbacks == 1 and paths.launches == []
+    meta = torch.empty(3, 4, device="meta")  # into meta: nothing to do, as torch
+    with track_paths() as paths:
+        assert copy_module().copy_(meta, torch.ones(3, 4, device=DEVICE)) is meta
+    assert paths.fallbacks == 1 and paths.launches == []
+    if DEVICE != "cpu":  # host -> device, contiguous: the runtime's memcpy
+        cpu_src = torch.randn(3, 4)
+        with track_paths() as paths:
+            copy_module().copy_(dst, cpu_src)
+        assert paths.fallbacks == 1
+        assert_bit_exact(dst, cpu_src, "host to device")
 
-        monkeypatch.setattr(mod, "_launch_and_record", record)
-    with count_libentry_runs() as run:
-        for seed in range(3):
-            case = Case("sdpa_mask", torch.float32, torch.float16, seed=seed)
-            with track_paths() as paths:
-                gems_copy_(case.dst, case.src)
-            assert paths.ranks == [3] and paths.fallbacks == 0
-            case.check()
-        assert run.call_count == 3  # every copy went through the wrapper
-    assert list(mod._launches.values()) == [None]
+
+# ---------------------------------------------------------------------------
+# negated views (the lazy neg bit): converted, then negated in Triton
+# ---------------------------------------------------------------------------
+
+NEG_CASES = [
+    ("transpose", torch.float32, torch.float32),
+    ("contiguous", torch.float16, torch.float16),
+    ("transpose", torch.bfloat16, torch.bfloat16),
+    ("dst_transposed", torch.int8, torch.int8),
+    ("transpose", torch.int32, torch.int32),
+    ("contiguous", torch.int64, torch.int64),
+    ("transpose", torch.uint8, torch.uint8),
+    ("transpose", torch.float32, torch.bfloat16),
+    ("sdpa_mask", torch.bfloat16, torch.float32),
+    ("transpose", torch.float32, torch.int32),
+    ("contiguous", torch.bfloat16, torch.uint8),
+    ("transpose", torch.int8, torch.int64),
+    ("transpose", torch.int64, torch.bfloat16),
+    ("expand_row", torch.int32, torch.float32),
+    ("transpose", torch.bool, torch.float32),
+    ("transpose", torch.bool, torch.bool),
+]
+# negation into bool raises in torch: test_copy_negation_into_bool
+NEG_PARAMS = [
+    (*c, neg)
+    for c in NEG_CASES
+    for neg in ("src", "dst", "both")
+    if c[2] is not torch.bool or neg == "both"
+]
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize(
+    "layout, src_dtype, dst_dtype, neg",
+    NEG_PARAMS,
+    ids=[f"{c[0]}-{_pair_id(c[1:3])}-{c[3]}" for c in NEG_PARAMS],
+)
+def test_copy_negated_views(layout, src_dtype, dst_dtype, neg):
+    # torch copies the stored values (converted), then negates dst in its dtype
+    # where the two negation bits differ; both negated: a plain copy
+    case = Case(layout, src_dtype, dst_dtype, seed=7, neg=neg)
+    assert case.src.is_neg() == (neg != "dst") and case.dst.is_neg() == (neg != "src")
+    with track_paths() as paths:
+        out = gems_copy_(case.dst, case.src)
+    assert out is case.dst
+    assert paths.fallbacks == 0, f"{case.name} fell back to aten"
+    expected = expected_launches(case.dst, case.src)
+    assert paths.launches == expected, f"{case.name}: {paths.launches}"
+    case.check()  # NaNs by position where negated (torch's bf16 neg rewrites them)
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize(
+    "views",
+    ["float_src_neg", "bool_src_neg", "bool_dst_neg", "int_into_bool_dst_neg"],
+)
+def test_copy_negation_into_bool(views):
+    # torch negates bool after the copy and raises there ("neg_cpu" not implemented
+    # for 'Bool'), having written the copy: the fallback does exactly that
+    def make(device):
+        base = torch.zeros(3, 2, dtype=torch.bool, device=device)
+        src = torch.tensor([[1.0, 0.0, -2.5], [0.0, 3.0, 0.5]], device=device)
+        if views == "float_src_neg":
+            return base, base, torch._neg_view(src).t()
+        if views == "bool_src_neg":
+            return base, base, torch._neg_view(src != 0).t()
+        if views == "bool_dst_neg":
+            return base, torch._neg_view(base), (src != 0).t()
+        return base, torch._neg_view(base), src.to(torch.int32).t()
+
+    ref_base, ref_dst, ref_src = make("cpu")
+    expected = torch_error(lambda: ref_dst.copy_(ref_src))
+    base, dst, src = make(DEVICE)
+    with track_paths() as paths, pytest.raises(expected[0]) as err:
+        gems_copy_(dst, src)
+    assert str(err.value) == expected[1]
+    assert paths.fallbacks == 1 and paths.launches == []
+    assert_bit_exact(base, ref_base, views)  # what torch wrote before raising
+
+
+def _sign_flipped(x):
+    """x with every float's sign bit flipped (bit for bit, NaN payloads kept)."""
+    bits = BITS[x.element_size()]
+    return (x.view(bits) ^ SIGN[x.element_size()]).view(x.dtype)
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES + [torch.float64], ids=SHORT.get)
+def test_negate_kernel_flips_the_sign_bit(dtype):
+    # torch's neg of 0.0 is -0.0 and of a NaN a NaN of the other sign; Triton's -x
+    # (0 - x) would give +0.0 for 0.0. float64 too: its branch serves backends
+    # that enable it (KunlunXIN's copy_ sends float64 to aten).
+    x = edge_values(dtype if dtype in _LOW_PAYLOAD_NANS else torch.float32)
+    nan = torch.tensor([float("nan")])
+    x = torch.cat([x, nan, _sign_flipped(nan)]).to(dtype)
+    assert {0.0} == set(x[x == 0].tolist()) and torch.signbit(
+        x[x == 0]
+    ).unique().numel() == 2
+    with track_paths() as paths:
+        out = copy_module()._negate_kernel(x.to(DEVICE))
+    assert paths.launches == [("_negate_kernel", 1)]
+    assert_bit_exact(out, _sign_flipped(x), f"_negate_kernel({SHORT[dtype]})")
+
+
+@pytest.mark.copy_
+def test_negate_kernel_wraps_integers():
+    # as torch's neg: two's complement, -min == min, uint8 modulo 256
+    mod = copy_module()
+    for dtype in INT_DTYPES:
+        x = edge_values(dtype)
+        out = mod._negate_kernel(x.to(DEVICE))
+        assert_bit_exact(out, torch.neg(x), f"_negate_kernel({SHORT[dtype]})")
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize(
+    "src_dtype, dst_dtype, expected",
+    [
+        # the conversion first, then the negation in dst's dtype
+        (torch.int8, torch.int32, [128, -127, 0, 1]),
+        (torch.int8, torch.int8, [-128, -127, 0, 1]),
+        (torch.int32, torch.int8, [-128, -127, 0, 1]),
+        (torch.int8, torch.uint8, [128, 129, 0, 1]),
+    ],
+)
+def test_copy_negated_int_min_wraps_as_torch(src_dtype, dst_dtype, expected):
+    values = torch.tensor([-128, 127, 0, -1], dtype=src_dtype)
+    ref = torch.zeros(4, dtype=dst_dtype)
+    ref.copy_(torch._neg_view(values))
+    assert ref.tolist() == expected  # torch's own result (its copy_, not ours)
+    dst = torch.zeros(4, dtype=dst_dtype, device=DEVICE)
+    with track_paths() as paths:
+        gems_copy_(dst, torch._neg_view(values.to(DEVICE)))
+    assert paths.fallbacks == 0
+    assert paths.launches == [("_copy_kernel", 1), ("_negate_kernel", 1)]
+    assert_bit_exact(dst, ref, f"-{SHORT[src_dtype]} -> {SHORT[dst_dtype]}")
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=SHORT.get)
+def test_copy_negated_zero_and_nan_signs(dtype):
+    # a negated view of +-0.0 and +-NaN copies as -+0.0 and -+NaN: the sign bit is
+    # flipped, as torch's neg does for float32 and float16 (for bfloat16 torch's
+    # CPU neg returns its quiet NaN 0x7FC0 whatever the sign: NaN-ness compared)
+    nan = torch.tensor([float("nan")], dtype=dtype)
+    # (-nan would be torch's bfloat16 neg: a positive NaN)
+    values = torch.cat([torch.tensor([0.0, -0.0, 1.0], dtype=dtype), nan])
+    values = torch.cat([values, _sign_flipped(nan)])
+    expected_signs = [True, False, True, True, False]
+    ref = torch.zeros(5, dtype=dtype)
+    ref.copy_(torch._neg_view(values))
+    if dtype is not torch.bfloat16:
+        assert torch.signbit(ref).tolist() == expected_signs  # torch's own result
+    for which in ("src", "dst"):
+        dst = torch.zeros(5, dtype=dtype, device=DEVICE)
+        src = values.to(DEVICE)
+        with track_paths() as paths:
+            if which == "src":
+                gems_copy_(dst, torch._neg_view(src))
+            else:  # into a negated view: its stored values are the negation
+                gems_copy_(torch._neg_view(dst), src)
+        assert paths.fallbacks == 0 and paths.launches[-1] == ("_negate_kernel", 1)
+        assert torch.signbit(host_view(dst)).tolist() == expected_signs, which
+        assert_bit_exact(dst, ref, f"signs {SHORT[dtype]}", exact_nans=False)
+
+
+# ---------------------------------------------------------------------------
+# _must_read_src_first: torch's partial-overlap error, or a snapshot, or neither
+# ---------------------------------------------------------------------------
+
+_READ_FIRST = {
+    # name: (views of one 16-float buffer, expected: True, False or "raise")
+    "dense_same_span_other_strides": (
+        lambda x: (x.view(4, 4), x.view(4, 4).t()),
+        "raise",
+    ),
+    "dense_shifted": (lambda x: (x[4:12], x[:8]), "raise"),
+    "dense_shifted_back": (lambda x: (x[:8], x[4:12]), "raise"),
+    "dense_element_inside": (lambda x: (x[:3], x[1]), "raise"),
+    "dense_identical": (lambda x: (x.view(torch.int32), x), False),
+    "dense_adjacent": (lambda x: (x[8:], x[:8]), False),
+    "dense_adjacent_back": (lambda x: (x[:8], x[8:]), False),
+    "dense_empty_src": (lambda x: (x[:0], x), False),
+    "dense_empty_dst": (lambda x: (x, x[3:3]), False),
+    "non_dense_overlapping": (
+        lambda x: (x.view(4, 4)[1:, :3], x.view(4, 4)[:3, 1:]),
+        True,
+    ),
+    "non_dense_interleaved": (lambda x: (x[::2], x[1::2]), True),
+    "non_dense_one_shared": (lambda x: (x[4:9:2], x[0:5:2]), True),
+    "non_dense_touching": (lambda x: (x[5:10:2], x[0:5:2]), False),
+    "non_dense_touching_back": (lambda x: (x[0:5:2], x[5:10:2]), False),
+    "non_dense_disjoint": (lambda x: (x[8::2], x[:8:2]), False),
+    "dense_into_non_dense": (lambda x: (x.view(4, 4)[:, 0], x[3:7]), True),
+}
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("case", list(_READ_FIRST))
+def test_must_read_src_first(case):
+    make, expected = _READ_FIRST[case]
+    dst, src = make(torch.zeros(16, device=DEVICE))
+    must_read_src_first = copy_module()._must_read_src_first
+    if expected == "raise":
+        torch_expected = torch_error(
+            lambda: (lambda d, s: d.copy_(s))(*make(torch.zeros(16)))
+        )
+        with pytest.raises(torch_expected[0]) as err:
+            must_read_src_first(dst, src)
+        assert str(err.value) == torch_expected[1]
+    else:
+        assert must_read_src_first(dst, src) is expected
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize(
+    "case",
+    [
+        "non_dense_interleaved",
+        "non_dense_one_shared",
+        "non_dense_touching",
+        "dense_into_non_dense",
+    ],
+)
+def test_copy_alias_snapshot_is_taken_when_must_read_src_first(case):
+    make, snapshot = _READ_FIRST[case]
+    cpu = torch.randn(16)
+    x = cpu.to(DEVICE, copy=True)
+    dst, src = make(x)
+    with track_paths() as paths:
+        gems_copy_(dst, src)
+    ref = cpu.clone()
+    ref_dst, ref_src = make(ref)
+    ref_dst.copy_(ref_src.clone())  # every element reads its old value
+    assert paths.fallbacks == 0
+    assert paths.launches == expected_launches(dst, src, snapshot)
+    assert_bit_exact(x, ref, case)
+
+
+# ---------------------------------------------------------------------------
+# int32 indexing: copies a launch cannot index are split along the outer dim
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize(
+    "max_numel, launches",
+    [
+        (30, [("copy_slice", 2)]),  # 30 elements: one launch
+        (29, [("copy_slice", 2)] * 2),  # rows [0, 2) and [2, 5)
+        (6, [("copy_slice", 2)] * 5),  # one row each
+        (5, [("copy_slice", 1)] * 10),  # a row as rank 1, in halves
+    ],
+    ids=["30", "29", "6", "5"],
+)
+def test_copy_splits_past_max_numel(monkeypatch, max_numel, launches):
+    # a (5, 6) destination: one launch up to _MAX_NUMEL elements, else halves of
+    # its outer dim; a single row that still does not fit loses that dim
+    monkeypatch.setattr(copy_module(), "_MAX_NUMEL", max_numel)
+    src = torch.randn(6, 5)
+    dst = torch.zeros(5, 6, dtype=torch.bfloat16, device=DEVICE)
+    with track_paths() as paths:
+        gems_copy_(dst, src.to(DEVICE).t())
+    assert paths.fallbacks == 0 and paths.launches == launches
+    assert_bit_exact(dst, src.t().to(torch.bfloat16), f"_MAX_NUMEL={max_numel}")
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("side", ["dst", "src"])
+def test_copy_splits_what_int32_cannot_index(monkeypatch, side):
+    # can_use_int32_index is asked about both tensors: either one not indexable
+    # with int32 (here: more than 12 elements, for the tensor of one side's dtype)
+    # splits the copy, the conversion and the negation alike
+    mod = copy_module()
+    dtype = {"dst": torch.float32, "src": torch.float16}[side]
+    stock = mod.can_use_int32_index
+    asked = []
+
+    def fake(t):
+        asked.append(t.dtype)
+        return stock(t) and not (t.dtype is dtype and t.numel() > 12)
+
+    monkeypatch.setattr(mod, "can_use_int32_index", fake)
+    case = Case("permute4d", torch.float16, torch.float32, seed=4, neg="src")
+    with track_paths() as paths:
+        gems_copy_(case.dst, case.src)
+    assert paths.fallbacks == 0
+    # (5, 3, 6, 4) -> rows of (3, 6, 4) -> (6, 4) blocks of 24 -> halves of 12
+    copies = [("copy_slice", 2)] * 30
+    if side == "dst":
+        assert paths.launches == copies + [("_negate_kernel", 2)] * 30
+    else:  # the negation reads and writes dst only
+        assert paths.launches == copies + [("_negate_kernel", 4)]
+    assert torch.float16 in asked and torch.float32 in asked
+    case.check()
+
+
+@pytest.mark.copy_
+def test_copy_snapshot_is_split_too(monkeypatch):
+    mod = copy_module()
+    monkeypatch.setattr(mod, "_MAX_NUMEL", 4)
+    cpu = torch.randn(5, 9)
+    x = cpu.to(DEVICE, copy=True)
+    with track_paths() as paths:
+        gems_copy_(x[:, 1:], x[:, :-1])
+    ref = cpu.clone()
+    ref[:, 1:] = cpu[:, :-1].clone()
+    # snapshot, then the copy: 5 rows of 8, each in two halves of 4
+    assert paths.launches == [("copy_slice", 1)] * 20
+    assert_bit_exact(x, ref, "shifted alias, split")
 
 
 # ---------------------------------------------------------------------------
@@ -1582,7 +1697,7 @@ def test_sdpa_expanded_mask(mask_dtype):
     mask = torch.empty(B, H, S, S, dtype=mask_dtype, device=DEVICE)
     with track_paths() as paths:
         gems_copy_(mask, small.to(DEVICE).expand(B, H, S, S))
-    assert paths.fallbacks == 0 and paths.ranks == [3]
+    assert paths.fallbacks == 0 and paths.launches == [("copy_slice", 4)]
     assert_bit_exact(mask, small.expand(B, H, S, S).contiguous(), "sdpa mask")
 
     dq, dk, dv = (t.to(DEVICE) for t in (q, k, v))
@@ -1597,97 +1712,98 @@ def test_sdpa_expanded_mask(mask_dtype):
 
 
 # ---------------------------------------------------------------------------
-# property-based fuzz: random shapes, views and dtype pairs
+# property-based fuzz: random shapes, views, negation bits and dtype pairs
 # ---------------------------------------------------------------------------
 
-FUZZ_EXAMPLES = int(os.environ.get("GEMS_COPY_FUZZ_EXAMPLES", "1000"))
+FUZZ_EXAMPLES = int(os.environ.get("GEMS_COPY_FUZZ_EXAMPLES", "300"))
+st = hypothesis.strategies
 
-if hypothesis is None:
 
-    @pytest.mark.copy_
-    @pytest.mark.skip(reason="hypothesis is not installed")
-    def test_copy_fuzz():
-        pass
-
-else:
-    st = hypothesis.strategies
-
-    @st.composite
-    def strided_views(draw, shape, allow_broadcast):
-        """A view of `shape` over a fresh base: permuted, stepped, offset, maybe expanded."""
-        rank = len(shape)
-        dims = []  # per dim: (broadcast, step, start)
-        for size in shape:
-            broadcast = allow_broadcast and size != 1 and draw(st.integers(0, 5)) == 0
-            dims.append(
-                (
-                    broadcast,
-                    draw(st.sampled_from([1, 1, 2, 3])),
-                    draw(st.integers(0, 1)),
-                )
+@st.composite
+def strided_views(draw, shape, allow_broadcast):
+    """A view of `shape` over a fresh base: permuted, stepped, offset, maybe expanded."""
+    rank = len(shape)
+    dims = []  # per dim: (broadcast, step, start)
+    for size in shape:
+        broadcast = allow_broadcast and size != 1 and draw(st.integers(0, 5)) == 0
+        dims.append(
+            (
+                broadcast,
+                draw(st.sampled_from([1, 1, 2, 3])),
+                draw(st.integers(0, 1)),
             )
-        dropped = draw(st.integers(0, rank)) if allow_broadcast else 0
-        # same-rank broadcast: a broadcast dim stays a size-1 slice with its real
-        # stride, as in x[:1] or a (1, C) row, instead of being expanded
-        implicit = allow_broadcast and draw(st.booleans())
-        perm = draw(st.permutations(range(rank - dropped)))
-        kept = dims[dropped:]
-        kept_shape = shape[dropped:]
-        base_shape = [
-            1 + start if b else n * step + start
+        )
+    dropped = draw(st.integers(0, rank)) if allow_broadcast else 0
+    # same-rank broadcast: a broadcast dim stays a size-1 slice with its real
+    # stride, as in x[:1] or a (1, C) row, instead of being expanded
+    implicit = allow_broadcast and draw(st.booleans())
+    perm = draw(st.permutations(range(rank - dropped)))
+    kept = dims[dropped:]
+    kept_shape = shape[dropped:]
+    base_shape = [
+        1 + start if b else n * step + start
+        for n, (b, step, start) in zip(kept_shape, kept)
+    ]
+    negated = draw(st.sampled_from([False, False, True]))
+
+    def view(base):
+        t = base.permute(sorted(range(len(perm)), key=lambda i: perm[i]))
+        index = tuple(
+            slice(start, start + 1) if b else slice(start, start + n * step, step)
             for n, (b, step, start) in zip(kept_shape, kept)
-        ]
-
-        def view(base):
-            t = base.permute(sorted(range(len(perm)), key=lambda i: perm[i]))
-            index = tuple(
-                slice(start, start + 1) if b else slice(start, start + n * step, step)
-                for n, (b, step, start) in zip(kept_shape, kept)
-            )
-            return t[index] if implicit else t[index].expand(kept_shape)
-
-        spec = f"base{tuple(base_shape[p] for p in perm)}.permute(inv{tuple(perm)})[{kept}] over {shape}"
-        spec += " (broadcast by copy_)" if implicit else ""
-        return [base_shape[p] for p in perm], view, spec
-
-    @st.composite
-    def copy_problems(draw):
-        rank = draw(st.integers(0, 6))
-        shape = tuple(
-            draw(st.sampled_from([0, 1, 1, 2, 2, 3, 3, 4])) for _ in range(rank)
         )
-        pair = draw(st.sampled_from(DTYPE_PAIRS))
-        src = draw(strided_views(shape, allow_broadcast=True))
-        dst = draw(strided_views(shape, allow_broadcast=False))
-        return shape, pair, src, dst
+        t = t[index] if implicit else t[index].expand(kept_shape)
+        return torch._neg_view(t) if negated else t
 
-    @pytest.mark.copy_
-    @hypothesis.settings(
-        max_examples=FUZZ_EXAMPLES,
-        deadline=None,
-        derandomize=bool(os.environ.get("CI")),
-        suppress_health_check=list(hypothesis.HealthCheck),
+    spec = f"base{tuple(base_shape[p] for p in perm)}.permute(inv{tuple(perm)})[{kept}] over {shape}"
+    spec += " (broadcast by copy_)" if implicit else ""
+    spec += " negated" if negated else ""
+    return [base_shape[p] for p in perm], view, spec
+
+
+@st.composite
+def copy_problems(draw):
+    rank = draw(st.integers(0, 6))
+    shape = tuple(draw(st.sampled_from([0, 1, 1, 2, 2, 3, 3, 4])) for _ in range(rank))
+    pair = draw(st.sampled_from(DTYPE_PAIRS))
+    src = draw(strided_views(shape, allow_broadcast=True))
+    dst = draw(strided_views(shape, allow_broadcast=False))
+    return shape, pair, src, dst
+
+
+@pytest.mark.copy_
+@hypothesis.settings(
+    max_examples=FUZZ_EXAMPLES,
+    deadline=None,
+    derandomize=bool(os.environ.get("CI")),
+    suppress_health_check=list(hypothesis.HealthCheck),
+)
+@hypothesis.given(problem=copy_problems(), seed=st.integers(0, 2**16))
+def test_copy_fuzz(problem, seed):
+    shape, (src_dtype, dst_dtype), src, dst = problem
+    (src_base_shape, src_view, src_spec), (dst_base_shape, dst_view, dst_spec) = (
+        src,
+        dst,
     )
-    @hypothesis.given(problem=copy_problems(), seed=st.integers(0, 2**16))
-    def test_copy_fuzz(problem, seed):
-        shape, (src_dtype, dst_dtype), src, dst = problem
-        (src_base_shape, src_view, src_spec), (dst_base_shape, dst_view, dst_spec) = (
-            src,
-            dst,
-        )
-        layout = f"{SHORT[src_dtype]}->{SHORT[dst_dtype]} src={src_spec} dst={dst_spec}"
-        hypothesis.note(layout)
-        gen = torch.Generator().manual_seed(seed)
-        src_base = make_values(tuple(src_base_shape), src_dtype, dst_dtype, gen)
-        dst_base = make_values(tuple(dst_base_shape), dst_dtype, dst_dtype, gen)
-        dev_dst_base = dst_base.to(DEVICE, copy=True)
-        with track_paths() as paths:
-            gems_copy_(dst_view(dev_dst_base), src_view(src_base.to(DEVICE, copy=True)))
-        numel = 1
-        for n in shape:
-            numel *= n
-        assert paths.fallbacks == 0, layout
-        assert len(paths.ranks) == (1 if numel else 0), layout
-        ref = dst_base.clone()
-        dst_view(ref).copy_(src_view(src_base))
-        assert_bit_exact(dev_dst_base, ref, layout, src_dtype == dst_dtype)
+    layout = f"{SHORT[src_dtype]}->{SHORT[dst_dtype]} src={src_spec} dst={dst_spec}"
+    hypothesis.note(layout)
+    gen = torch.Generator().manual_seed(seed)
+    src_base = make_values(tuple(src_base_shape), src_dtype, dst_dtype, gen)
+    dst_base = make_values(tuple(dst_base_shape), dst_dtype, dst_dtype, gen)
+    dev_dst_base = dst_base.to(DEVICE, copy=True)
+    dev_src = src_view(src_base.to(DEVICE, copy=True))
+    dev_dst = dst_view(dev_dst_base)
+    negation = dev_src.is_neg() != dev_dst.is_neg()
+    # negation into bool raises in torch (test_copy_negation_into_bool)
+    hypothesis.assume(not (negation and dst_dtype is torch.bool))
+    with track_paths() as paths:
+        gems_copy_(dev_dst, dev_src)
+    numel = 1
+    for n in shape:
+        numel *= n
+    assert paths.fallbacks == 0, layout
+    expected = expected_launches(dev_dst, dev_src) if numel else []
+    assert paths.launches == expected, layout
+    ref = dst_base.clone()
+    torch_copy_(dst_view(ref), src_view(src_base))
+    assert_bit_exact(dev_dst_base, ref, layout, src_dtype == dst_dtype and not negation)
