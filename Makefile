@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.copyfix-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv demo test test-checkout-base lint bench pr patch upstream-check upstream-discover mutate clean
+.PHONY: venv demo test test-checkout-base lint bench pr patch upstream-check upstream-discover upstream-ci mutate clean
 
 venv: $(STAMP)
 
@@ -57,6 +57,14 @@ JOBS ?= 2
 upstream-check: venv
 	@test -n "$(UPSTREAM)" || { echo "usage: make upstream-check UPSTREAM=<FlagGems checkout> [MODE=cpu|cuda] [JOBS=2] [UPSTREAM_ARGS='--limit N -k REGEX --label L']"; exit 2; }
 	$(PY) -m copyfix.upstream_check check "$(UPSTREAM)" --mode $(MODE) -n $(JOBS) $(UPSTREAM_ARGS)
+
+# Upstream's per-PR CI (tools/test-op.sh, once per PR file) on a copy of the checkout with
+# each exported PR applied, device model on; upstream's tests/test_copy.py with/without.
+# results/upstream_ci_$(MODE).json and a block in docs/UPSTREAM_CHECK.md.
+PRS ?=
+upstream-ci: venv
+	@test -n "$(UPSTREAM)" || { echo "usage: make upstream-ci UPSTREAM=<FlagGems checkout> [MODE=cpu|cuda] [PRS='kunlunxin generic'] [UPSTREAM_CI_ARGS='--label L --test-copy quick']"; exit 2; }
+	$(PY) -m copyfix.upstream_ci "$(UPSTREAM)" --mode $(MODE) $(if $(strip $(PRS)),--pr $(PRS)) $(UPSTREAM_CI_ARGS)
 
 # (Re)build results/upstream_selection_<label>.json: which upstream cases reach copy_.
 upstream-discover: venv

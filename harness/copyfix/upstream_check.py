@@ -644,6 +644,17 @@ runs before upstream's hook; the conftest itself is not changed.
 """
 
 
+# copyfix.upstream_ci writes its own block between these markers; write_docs keeps it.
+CI_BLOCK_BEGIN, CI_BLOCK_END = "<!-- upstream-ci -->", "<!-- /upstream-ci -->"
+
+
+def _kept_ci_block() -> str:
+    text = DOCS.read_text() if DOCS.is_file() else ""
+    start = text.find(CI_BLOCK_BEGIN)
+    end = text.find(CI_BLOCK_END, start) if start >= 0 else -1
+    return text[start : end + len(CI_BLOCK_END)] + "\n" if end >= 0 else ""
+
+
 def write_docs() -> Path:
     parts = [DOC_INTRO]
     for path in sorted(RESULTS.glob("upstream_check_*.json")):
@@ -651,7 +662,8 @@ def write_docs() -> Path:
         data = json.loads(path.read_text())
         for label, sec in data["bases"].items():
             parts.append(_doc_section(mode, label, sec))
-    DOCS.write_text("\n".join(parts))
+    kept = _kept_ci_block()
+    DOCS.write_text("\n".join(parts) + ("\n" + kept if kept else ""))
     _write_headline()
     return DOCS
 

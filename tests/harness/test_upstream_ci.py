@@ -1,0 +1,494 @@
+"""`make upstream-ci`: upstream's per-PR CI script over a synthetic FlagGems checkout.
+
+The checkout is written here: src/flag_gems is the 5.0.2 base the build kept (the
+overlay's pre-image put back), tests/ holds a small conftest (upstream's ``--ref``/
+``--quick`` options), a ``test_copy.py`` whose transposed copy reaches aten's strided copy
+in the base (the device model's fault) and a PR test file with one pass, one skip and one
+deliberate failure.  tools/test-op.sh is upstream's own when /tmp/fg (a FlagGems main
+checkout) exists, else a script written here with the same contract.  Nothing in the
+checkout is upstream test code.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from copyfix import export, upstream_check, upstream_ci
+
+pytestmark = pytest.mark.harness
+
+UPSTREAM_MAIN = Path("/tmp/fg")
+
+CONFTEST = """\
+def pytest_addoption(parser):
+    parser.addoption("--ref", action="store", default="device")
+    parser.addoption("--quick", action="store_true")
+"""
+
+TEST_COPY = """\
+import torch
+
+import flag_gems
+
+
+def test_contiguous():
+    src, dst = torch.arange(12.0).reshape(3, 4), torch.empty(3, 4)
+    with flag_gems.use_gems():
+        dst.copy_(src)
+    assert torch.equal(dst, src)
+
+
+def test_transposed():
+    src, dst = torch.arange(12.0).reshape(4, 3).t(), torch.empty(3, 4)
+    with flag_gems.use_gems():
+        dst.copy_(src)
+    assert torch.equal(dst, src)
+"""
+
+# the tiny PR's test file: test-op.sh runs it with -x, so it stops at the failure
+PR_TEST = """\
+import pytest
+import torch
+
+import flag_gems
+
+
+def test_a_strided_copy():
+    src, dst = torch.arange(6.0).reshape(2, 3).t(), torch.empty(3, 2)
+    with flag_gems.use_gems():
+        dst.copy_(src)
+    assert torch.equal(dst, src)
+
+
+def test_b_skips():
+    pytest.skip("not here")
+
+
+def test_c_fails():
+    raise AssertionError("deliberate")
+
+
+def test_d_never_runs():
+    pass
+"""
+
+# Used only where /tmp/fg is absent (CI): the contract of upstream's tools/test-op.sh
+# for one changed file, in this repository's words.
+TEST_OP_EQUIVALENT = """\
+#!/bin/bash
+echo "PR_ID=$1"
+for f in $CHANGED_FILES; do
+  case $f in
+    tests/test*.py)
+      coverage run -m pytest -s -x "$f" || exit 1
+      coverage run -m pytest -s -x "$f" --ref=cpu --quick || exit 1
+      ;;
+    benchmark/test*)
+      pytest -s "$f" --level core --record log || exit 1
+      ;;
+  esac
+done
+"""
+
+PR_TEST_FILE = "tests/test_tiny_pr.py"
+
+
+def _base_tree(root: Path) -> Path:
+    """src/flag_gems of the 5.0.2 base the build kept, under root."""
+    import flag_gems
+
+    pkg = root / "src" / "flag_gems"
+    shutil.copytree(
+        Path(flag_gems.__file__).parent,
+        pkg,
+        symlinks=False,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    pre = pkg / "_overlay_preimages"
+    for kept in pre.rglob("*.py"):
+        shutil.copyfile(kept, pkg / kept.relative_to(pre))
+    shutil.rmtree(pre)
+    (pkg / "_overlay_info.py").unlink()
+    return root
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory):
+    root = _base_tree(tmp_path_factory.mktemp("up") / "FlagGems")
+    tests = root / "tests"
+    tests.mkdir()
+    (tests / "__init__.py").write_text("")
+    (tests / "conftest.py").write_text(CONFTEST)
+    (tests / "test_copy.py").write_text(TEST_COPY)
+    (root / "benchmark").mkdir()
+    (root / "tools").mkdir()
+    script = root / upstream_ci.TEST_OP
+    if (UPSTREAM_MAIN / upstream_ci.TEST_OP).is_file():
+        shutil.copyfile(UPSTREAM_MAIN / upstream_ci.TEST_OP, script)
+    else:
+        script.write_text(TEST_OP_EQUIVALENT)
+    (root / "pytest.ini").write_text("[pytest]\ntestpaths = tests\npythonpath = src\n")
+    return root
+
+
+@pytest.fixture
+def tiny_pr(tmp_path, monkeypatch):
+    """A PR 'tiny': our copy.py plus a small test file, from a stand-in repository."""
+    repo = tmp_path / "repo"
+    (repo / PR_TEST_FILE).parent.mkdir(parents=True)
+    (repo / PR_TEST_FILE).write_text(PR_TEST)
+    (repo / export.COPY_PY).parent.mkdir(parents=True)
+    shutil.copyfile(export.REPO / export.COPY_PY, repo / export.COPY_PY)
+    shutil.copyfile(export.REPO / "pyproject.toml", repo / "pyproject.toml")
+    pr = export.PR("tiny", [export.COPY_PY, PR_TEST_FILE], export.COPY_PY, "b", "m")
+    monkeypatch.setattr(export, "REPO", repo)
+    monkeypatch.setattr(export, "PRS", {"tiny": pr})
+    return pr
+
+
+@pytest.fixture
+def own_tmp(tmp_path, monkeypatch):
+    """tempfile's folder for this test only, so what the tool leaves there is visible."""
+    folder = tmp_path / "tmpdir"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def _snapshot(root: Path) -> dict:
+    return {
+        str(p.relative_to(root)): (p.stat().st_mtime_ns, p.stat().st_size)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+# ---------------------------------------------------------------------- e2e
+
+
+def test_end_to_end_cpu_mode(checkout, tiny_pr, own_tmp, tmp_path, capsys):
+    results = tmp_path / "upstream_ci_cpu.json"
+    other = {"base": "other", "mode": "cpu", "machine": "m", "op_commit": "c"}
+    results.write_text(json.dumps({"bases": {"other": other}}))
+    before = _snapshot(checkout)
+    rc = upstream_ci.main(
+        [
+            str(checkout),
+            "--mode",
+            "cpu",
+            "--label",
+            "synthetic",
+            "--test-copy",
+            "quick",
+            "--results",
+            str(results),
+            "--machine",
+            "test box",
+            "--no-docs",
+        ]
+    )
+    assert rc == 0
+    assert _snapshot(checkout) == before, "the checkout is not touched"
+    assert list(own_tmp.iterdir()) == [], "the temporary copies are removed"
+    data = json.loads(results.read_text())
+    assert sorted(data["bases"]) == ["other", "synthetic"], "other bases are kept"
+    assert data["mode"] == "cpu" and data["machine"] == "test box"
+    sec = data["bases"]["synthetic"]
+    assert sec["base"] == "synthetic" and sec["op_commit"] == data["op_commit"]
+    assert sec["versions"]["flag_gems"] == "5.0.2"
+    assert sec["versions"]["coverage"]
+    op, tests = sec["invocations"]
+    # the op file: test-op.sh runs nothing for it, and that is what is recorded
+    assert op["file"] == export.COPY_PY and op["rc"] == 0
+    assert (
+        op["pytest_runs"] == [] and op["passed"] == 0 and "ran no pytest" in op["note"]
+    )
+    assert f"CHANGED_FILES={export.COPY_PY} " in op["command"]
+    # the test file: one run, stopped by -x at the deliberate failure, exit 1
+    assert tests["rc"] == 1 and f"CHANGED_FILES={PR_TEST_FILE} " in tests["command"]
+    (run,) = tests["pytest_runs"]
+    assert run["command"] == f"coverage run -m pytest -s -x {PR_TEST_FILE}"
+    assert (run["passed"], run["failed"], run["skipped"]) == (1, 1, 1)
+    assert (tests["passed"], tests["failed"], tests["skipped"]) == (1, 1, 1)
+    assert run["failures"] == [
+        {
+            "nodeid": f"{PR_TEST_FILE}::test_c_fails",
+            "outcome": "failed",
+            "reason": "AssertionError: deliberate",
+            "reason_class": "assertion",
+        }
+    ]
+    assert tests["imported"]["flag_gems"] == "<copy>/src/flag_gems"
+    assert "deliberate" in tests["log_tail"] and len(tests["log_tail"]) <= 1500
+    # upstream-style test_copy.py: the base's fallback meets the fault, the PR passes
+    tc = sec["test_copy"]
+    (without,), (with_pr,) = tc["without_pr"], tc["with_pr"]
+    quick = "pytest -s tests/test_copy.py --ref=cpu --quick"
+    assert without["command"] == quick == with_pr["command"]
+    assert (without["passed"], without["failed"]) == (1, 1)
+    (fault,) = without["failures"]
+    assert fault["nodeid"] == "tests/test_copy.py::test_transposed"
+    assert fault["reason_class"] == "xpu-fault"
+    assert "invalid device function" in fault["reason"]
+    assert (with_pr["passed"], with_pr["failed"], with_pr["rc"]) == (2, 0, 0)
+    assert with_pr["pr"] == "tiny" and with_pr["copy_calls"] >= 2
+    out = capsys.readouterr().out
+    assert f"upstream-ci synthetic tiny {PR_TEST_FILE}: rc 1" in out
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def _fake_checkout(root: Path, *, test_op=True, copy_py: str | None = None) -> Path:
+    (root / "src" / "flag_gems").mkdir(parents=True)
+    (root / "src" / "flag_gems" / "__init__.py").write_text("")
+    (root / "tests").mkdir()
+    (root / "tests" / "conftest.py").write_text("")
+    if test_op:
+        (root / "tools").mkdir()
+        (root / upstream_ci.TEST_OP).write_text("#!/bin/bash\nexit 0\n")
+    if copy_py is not None:
+        (root / export.COPY_PY).parent.mkdir(parents=True)
+        (root / export.COPY_PY).write_text(copy_py)
+    return root
+
+
+def _bad_input(tmp_path, own_tmp, capsys, checkout, *extra) -> str:
+    results = tmp_path / "results.json"
+    results.write_text('{"bases": {}}\n')
+    with pytest.raises(SystemExit) as err:
+        upstream_ci.main([str(checkout), "--results", str(results), *extra])
+    assert err.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("upstream-ci: ")
+    assert results.read_text() == '{"bases": {}}\n', "results untouched"
+    assert list(own_tmp.iterdir()) == [], "nothing left in the temporary folder"
+    return lines[0]
+
+
+def test_bad_input_no_checkout(tmp_path, own_tmp, capsys):
+    line = _bad_input(tmp_path, own_tmp, capsys, tmp_path / "missing")
+    assert "no such checkout" in line and "missing" in line
+
+
+def test_bad_input_not_a_flaggems_checkout(tmp_path, own_tmp, capsys):
+    (tmp_path / "empty").mkdir()
+    line = _bad_input(tmp_path, own_tmp, capsys, tmp_path / "empty")
+    assert "is not a FlagGems checkout (no src/flag_gems/__init__.py)" in line
+
+
+def test_bad_input_no_test_op_script(tmp_path, own_tmp, capsys):
+    root = _fake_checkout(tmp_path / "fg", test_op=False)
+    line = _bad_input(tmp_path, own_tmp, capsys, root)
+    assert "has no tools/test-op.sh" in line
+
+
+def test_bad_input_unknown_pre_image(tmp_path, own_tmp, capsys):
+    root = _fake_checkout(tmp_path / "fg", copy_py="# a later upstream copy.py\n")
+    line = _bad_input(tmp_path, own_tmp, capsys, root, "--pr", "kunlunxin")
+    assert "refusing kunlunxin PR" in line and "not a known pre-image" in line
+
+
+def test_bad_input_unknown_pr_and_unknown_base(tmp_path, own_tmp, capsys):
+    root = _fake_checkout(tmp_path / "fg", copy_py=export.base_copy_text())
+    line = _bad_input(tmp_path, own_tmp, capsys, root, "--pr", "nope")
+    assert "unknown PR nope" in line
+    # a known pre-image, but the rest of the tree is no base the emulation knows
+    line = _bad_input(tmp_path, own_tmp, capsys, root, "--pr", "kunlunxin")
+    assert "copyfix.emulation does not know the FlagGems base" in line
+
+
+# ------------------------------------------------------------------ parsing
+
+
+TRACED_LOG = """\
++ PR_ID=kunlunxin
++ echo PR_ID=kunlunxin
+PR_ID=kunlunxin
++ coverage erase
++ for item in "${TEST_CASES[@]}"
++ echo 'Running unit tests for tests/test_x.py'
+Running unit tests for tests/test_x.py
++ coverage run -m pytest -s -x tests/test_x.py
+============================= test session starts ==============================
+tests/test_x.py ..s.
+=========================== short test summary info ============================
+FAILED tests/test_x.py::test_y[a|b] - torch.AcceleratorError: CUDA error: invalid device function
+======== 1 failed, 3 passed, 1 skipped, 2 warnings in 12.50s =========
++ for item in "${TEST_CASES_CPU[@]}"
++ coverage run -m pytest -s -x tests/test_x.py --ref=cpu --quick
+ERROR: usage: __main__.py [options] [file_or_dir] [file_or_dir] [...]
++ for item in "${PERF_TEST_CASES[@]}"
++ pytest -s benchmark/test_x.py --level core --record log
+============================= no tests ran in 0.01s ============================
+"""
+
+
+def test_split_runs_matches_each_traced_pytest_command_with_its_counts():
+    runs = upstream_ci.split_runs(TRACED_LOG)
+    assert [r["command"] for r in runs] == [
+        "coverage run -m pytest -s -x tests/test_x.py",
+        "coverage run -m pytest -s -x tests/test_x.py --ref=cpu --quick",
+        "pytest -s benchmark/test_x.py --level core --record log",
+    ]
+    first, usage, bench = runs
+    assert (first["passed"], first["failed"], first["skipped"]) == (3, 1, 1)
+    assert first["pytest_seconds"] == 12.5
+    assert first["failures"][0]["nodeid"] == "tests/test_x.py::test_y[a|b]"
+    assert first["failures"][0]["reason_class"] == "xpu-fault"
+    assert usage["summary"] is None and "usage" in usage["last_lines"]
+    assert (usage["passed"], usage["failed"]) == (0, 0)
+    assert bench["summary"] == "no tests ran in 0.01s" and bench["passed"] == 0
+    assert upstream_ci.sum_runs(runs) == {
+        "passed": 3,
+        "failed": 1,
+        "skipped": 1,
+        "errors": 0,
+    }
+    assert upstream_ci.split_runs("+ coverage erase\nPR_ID=1\n") == []
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ("===== 5 passed in 1.00s =====", (5, 0, 0, 0)),
+        (
+            "== 1 failed, 2 passed, 3 skipped, 4 warnings in 9.1s (0:00:09) ==",
+            (2, 1, 3, 0),
+        ),
+        ("=== 2 passed, 1 error in 0.5s ===", (2, 0, 0, 1)),
+        ("=== 3 errors in 0.5s ===", (0, 0, 0, 3)),
+        ("=== 1 xfailed, 2 deselected in 0.1s ===", (0, 0, 0, 0)),
+        ("=== no tests ran in 0.01s ===", (0, 0, 0, 0)),
+    ],
+)
+def test_parse_summary(line, expected):
+    got = upstream_ci.parse_summary(f"noise\n{line}\nmore noise\n")
+    assert (got["passed"], got["failed"], got["skipped"], got["errors"]) == expected
+
+
+def test_parse_summary_without_a_summary_line():
+    assert upstream_ci.parse_summary("ERROR: usage: pytest [options]\n") is None
+    assert upstream_ci.parse_summary("== test session starts ==\n") is None
+
+
+def test_reason_classes():
+    bench = "Failed: 'InterpreterDriver' object has no attribute 'get_device_interface'"
+    assert upstream_ci.reason_class(bench) == "emulation-limit"
+    assert (
+        upstream_ci.reason_class("CUDA error: invalid device function") == "xpu-fault"
+    )
+    assert upstream_ci.reason_class("KeyError: 'x'") == "other"
+
+
+# ------------------------------------------------------------ results, docs
+
+
+def _section(label, commit="abc1234"):
+    return {
+        "base": label,
+        "date": "d",
+        "mode": "cpu",
+        "machine": "m",
+        "op_commit": commit,
+        "versions": {"torch": "t", "triton": "r", "coverage": "c"},
+        "wall_s": 1.0,
+        "invocations": [
+            {
+                "pr": "kunlunxin",
+                "file": export.COPY_PY,
+                "rc": 0,
+                "seconds": 0.0,
+                "pytest_runs": [],
+            },
+            {
+                "pr": "kunlunxin",
+                "file": "tests/test_copy_ops.py",
+                "rc": 1,
+                "seconds": 5.0,
+                "pytest_runs": [
+                    {
+                        "command": "coverage run -m pytest -s -x tests/test_copy_ops.py",
+                        "passed": 3,
+                        "failed": 1,
+                        "skipped": 0,
+                        "summary": "1 failed, 3 passed in 1s",
+                        "failures": [
+                            {
+                                "nodeid": "tests/test_copy_ops.py::t",
+                                "reason_class": "assertion",
+                            }
+                        ],
+                    }
+                ],
+            },
+        ],
+        "test_copy": {
+            "without_pr": [
+                {
+                    "pr": None,
+                    "command": "pytest -s tests/test_copy.py",
+                    "rc": 1,
+                    "passed": 4,
+                    "failed": 2,
+                    "skipped": 0,
+                    "failure_classes": {"xpu-fault": 2},
+                    "seconds": 2.0,
+                }
+            ],
+            "with_pr": [],
+        },
+    }
+
+
+def test_results_merge_bases_atomically(tmp_path):
+    path = tmp_path / "upstream_ci_cpu.json"
+    upstream_ci.write_results(path, "v5.0.2", _section("v5.0.2", "old"))
+    data = upstream_ci.write_results(path, "main", _section("main", "new"))
+    assert data == json.loads(path.read_text())
+    assert list(data) == ["mode", "machine", "op_commit", "bases"]
+    assert data["op_commit"] == "new" and sorted(data["bases"]) == ["main", "v5.0.2"]
+    assert data["bases"]["v5.0.2"]["op_commit"] == "old"
+    upstream_ci.write_results(path, "v5.0.2", _section("v5.0.2", "newer"))
+    data = json.loads(path.read_text())
+    assert data["bases"]["v5.0.2"]["op_commit"] == "newer" and len(data["bases"]) == 2
+    assert sorted(os.listdir(tmp_path)) == ["upstream_ci_cpu.json"], "no temp file left"
+
+
+def test_docs_block_is_replaced_and_kept_by_upstream_check(tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    results.mkdir()
+    upstream_ci.write_results(
+        results / "upstream_ci_cpu.json", "v5.0.2", _section("v5.0.2")
+    )
+    doc = tmp_path / "UPSTREAM_CHECK.md"
+    doc.write_text("# generated\n\nbody\n")
+    upstream_ci.write_docs(doc, results)
+    upstream_ci.write_docs(doc, results)  # replaced, not appended twice
+    text = doc.read_text()
+    assert text.startswith("# generated\n\nbody\n\n<!-- upstream-ci -->\n")
+    assert text.count("<!-- upstream-ci -->") == 1 and text.endswith(
+        "<!-- /upstream-ci -->\n"
+    )
+    assert "### v5.0.2, cpu mode" in text
+    assert f"| kunlunxin | `{export.COPY_PY}` | nothing" in text
+    assert (
+        "`coverage run -m pytest -s -x tests/test_copy_ops.py`: `t` (assertion) | 1 | 3 | 1 | 0 | 5.0 in all |"
+        in text
+    )
+    assert (
+        "| without PR | `pytest -s tests/test_copy.py` | 1 | 4 | 2 | 0 | xpu-fault 2 | 2.0 |"
+        in text
+    )
+    # upstream-check regenerates the file and keeps the block as it is
+    block = text[text.index("<!-- upstream-ci -->") :]
+    monkeypatch.setattr(upstream_check, "RESULTS", tmp_path / "none")
+    monkeypatch.setattr(upstream_check, "DOCS", doc)
+    monkeypatch.setattr(upstream_check, "PR_MD", tmp_path / "PR.md")
+    upstream_check.write_docs()
+    again = doc.read_text()
+    assert again.startswith(upstream_check.DOC_INTRO) and again.endswith(block)
+    assert "body" not in again
