@@ -247,11 +247,12 @@ def run_op(module, dst: torch.Tensor, src: torch.Tensor):
     return None
 
 
-def measure(ops: dict, device, dtypes=None, layouts=LAYOUTS) -> dict:
-    """{"src->dst": {layout: {"elements", "before_differ", "after_differ", ...}}}."""
+def measure(ops: dict, device, dtypes=None, layouts=LAYOUTS, sources=None) -> dict:
+    """{"src->dst": {layout: {"elements", "before_differ", "after_differ", ...}}}
+    for every src in ``sources`` (default: ``dtypes``) and dst in ``dtypes``."""
     names = list(dtypes or DTYPES)
     pairs = {}
-    for src_name in names:
+    for src_name in sources or names:
         values = inputs(src_name)
         for dst_name in names:
             dst_dtype = DTYPES[dst_name]
@@ -286,6 +287,53 @@ def issue_cases(ops: dict, device) -> list[dict]:
             error = run_op(ops[which], dst, src)
             row[which] = error or dst.cpu().tolist()
         out.append(row)
+    return out
+
+
+def to_copy_pairs(device, dtypes, sources) -> dict:
+    """A related path the PR leaves alone: ``_to_copy`` (flag_gems/ops/to.py) stores
+    through an identity kernel as the pre-image copy_ does.  {"src->dst": differing
+    elements, or the error's type}, contiguous, for every src in ``sources``."""
+    to = importlib.import_module("flag_gems.ops.to")
+    out = {}
+    for src_name in sources:
+        values = inputs(src_name).to(device)
+        for dst_name in dtypes:
+            ref = values.to(DTYPES[dst_name])  # torch's _to_copy (nothing dispatched)
+            got = torch.zeros_like(ref)
+            try:
+                to._to_copy_func(values, out0=got)
+            except Exception as exc:
+                out[f"{src_name}->{dst_name}"] = type(exc).__name__
+                continue
+            out[f"{src_name}->{dst_name}"] = differing(got, ref, values)
+    return out
+
+
+def related_paths(device, to_copy: dict) -> dict:
+    """The related paths' totals: ``_to_copy`` (see to_copy_pairs), and an in-place
+    pointwise op whose result dtype is narrower than its computation (``add_`` of
+    float64 into float16 / bfloat16: torch rounds through float32, Triton once)."""
+    add = importlib.import_module("flag_gems.ops.add")
+    counts = [n for n in to_copy.values() if isinstance(n, int)]
+    out = {
+        "to_copy": {
+            "differ": sum(counts),
+            "errors": len(to_copy) - len(counts),
+            "pairs": {p: n for p, n in to_copy.items() if n},
+        },
+        "add_": {},
+    }
+    other = inputs("float64").to(device)
+    for name in ("float16", "bfloat16"):
+        ref = torch.zeros(other.shape, dtype=DTYPES[name], device=device)
+        got = ref.clone()
+        ref.add_(other)
+        add.add_(got, other)
+        out["add_"][f"{name} += float64"] = {
+            "differ": differing(got, ref, other),
+            "elements": got.numel(),
+        }
     return out
 
 
@@ -396,6 +444,26 @@ def merge(path: Path, label: str, section: dict) -> dict:
     return {"summary": summary, "bases": dict(sorted(bases.items()))}
 
 
+def _start_jobs(args, mode: str, names: list[str]) -> list:
+    """Child processes for every source dtype but names[::jobs] (the parent's)."""
+    procs = []
+    for k in range(1, args.jobs):
+        sources = names[k :: args.jobs]
+        if not sources:
+            continue
+        part = args.out.with_name(f".{args.out.name}.part{k}")
+        cmd = [
+            sys.executable,
+            "-m",
+            "copyfix.generic_conversions",
+            "--out",
+            str(args.out),
+        ]
+        cmd += ["--mode", mode, "--part", str(part), "--dtypes", *names]
+        procs.append((subprocess.Popen([*cmd, "--sources", *sources]), part))
+    return procs
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="copyfix.generic_conversions", description=__doc__.split("\n")[0]
@@ -409,16 +477,40 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--machine", help="machine description")
     parser.add_argument("--dtypes", nargs="*", help="only these dtypes (default: all)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="processes, each measuring some source dtypes (they share Triton's cache)",
+    )
+    parser.add_argument("--sources", nargs="*", help=argparse.SUPPRESS)  # a job's part
+    parser.add_argument("--part", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     mode = args.mode
     if mode == "auto":
         mode = "cuda" if torch.cuda.is_available() else "cpu"
+    names = list(args.dtypes or DTYPES)
+    jobs = _start_jobs(args, mode, names) if args.jobs > 1 else []
     device = setup(mode)
     ops = generic_ops()
     guard = cpu_device_guard() if mode == "cpu" else contextlib.nullcontext()
     with guard:
-        pairs = measure(ops, device, args.dtypes)
+        mine = args.sources or (names[:: args.jobs] if jobs else names)
+        pairs = measure(ops, device, names, sources=mine)
+        to_copy = to_copy_pairs(device, names, mine)
+        if args.part:  # a job: hand the pairs back to the parent
+            args.part.write_text(json.dumps({"pairs": pairs, "to_copy": to_copy}))
+            return 0
         cases = issue_cases(ops, device)
+        for proc, part in jobs:
+            if proc.wait() != 0:
+                raise SystemExit(f"a job failed (rc {proc.returncode}): {proc.args}")
+            got = json.loads(part.read_text())
+            pairs.update(got["pairs"])
+            to_copy.update(got["to_copy"])
+            part.unlink()
+        related = related_paths(device, to_copy)
+    pairs = {f"{s}->{d}": pairs[f"{s}->{d}"] for s in names for d in names}
     section = {
         "mode": "cpu (Triton interpreter, copyfix cpu emulation)" if mode == "cpu"
         else "cuda (compiled Triton, GEMS_VENDOR=nvidia, no emulation)",
@@ -428,13 +520,14 @@ def main(argv=None) -> int:
         "base": ops["base"],
         "before_file": ops["before_file"],
         "after_file": ops["after_file"],
-        "dtypes": list(args.dtypes or DTYPES),
+        "dtypes": names,
         "layouts": list(LAYOUTS),
         "compared": "bit for bit with torch's copy_ on the same device; NaN by class; "
         "C-undefined float -> integer values excluded",
         "notes": CPU_NOTE if mode == "cpu" else None,
         "summary": summarise(pairs),
         "issue_cases": cases,
+        "related": related,
         "pairs": pairs,
     }  # fmt: skip
     data = merge(args.out, args.label or ops["base"], section)
@@ -447,6 +540,15 @@ def main(argv=None) -> int:
         f"after {s['after_differ']} ({s['after_errors']} errors) -> {args.out}"
     )
     print("pairs differing after:", s["pairs_after_differ"])
+    print(
+        "related paths:",
+        json.dumps(
+            {
+                k: {q: w for q, w in v.items() if q != "pairs"}
+                for k, v in related.items()
+            }
+        ),
+    )
     return 0
 
 
