@@ -369,6 +369,80 @@ def summarise(pairs: dict) -> dict:
     return total
 
 
+# -------------------------------------------------- compiled conversions (no GPU)
+
+# Triton's names of the torch dtypes (pointer signatures)
+TRITON_TYPES = {
+    "bool": "i1", "uint8": "u8", "int8": "i8", "int16": "i16", "int32": "i32",
+    "int64": "i64", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+    "float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64",
+}  # fmt: skip
+_WRAPPER = """
+import triton
+import triton.language as tl
+
+{functions}
+
+@triton.jit
+def probe(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(dst_ptr + offs, {name}(tl.load(src_ptr + offs, mask=mask)), mask=mask)
+"""
+
+
+def scalar_functions(path) -> dict[str, str]:
+    """{name: source} of the ``@triton.jit`` functions of a copy.py, decorators dropped
+    (the scalar functions pointwise_dynamic lifts; read, not imported)."""
+    import ast
+
+    text = Path(path).read_text()
+    out = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef) and any(
+            ast.unparse(d) == "triton.jit" for d in node.decorator_list
+        ):
+            lines = text.splitlines()[node.lineno - 1 : node.end_lineno]
+            out[node.name] = "\n".join(lines)
+    return out
+
+
+def ptx_conversions(path, plan: dict, arch: int = 90) -> dict:
+    """{"src->dst": the PTX conversion instructions} of ``plan``'s scalar function (by
+    name, from the copy.py at ``path``) loaded from src and stored into dst, compiled
+    for an NVIDIA GPU of compute capability ``arch`` (Triton's compiler alone: no GPU
+    needed, TRITON_INTERPRET must be unset).  A kernel as pointwise_dynamic generates
+    it: load, the scalar function, a store that converts to dst's dtype."""
+    import re
+    import tempfile
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    functions = scalar_functions(path)
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for pair, name in plan.items():
+            src, dst = pair.split("->")
+            body = "\n\n".join(f"@triton.jit\n{code}" for code in functions.values())
+            module_path = Path(tmp) / f"probe_{len(out)}.py"
+            module_path.write_text(_WRAPPER.format(functions=body, name=name))
+            module = _load(module_path, f"_copyfix_ptx_probe_{len(out)}")
+            signature = {
+                "src_ptr": "*" + TRITON_TYPES[src],
+                "dst_ptr": "*" + TRITON_TYPES[dst],
+            }
+            source = ASTSource(
+                fn=module.probe,
+                signature={**signature, "n": "i32", "BLOCK": "constexpr"},
+                constexprs={"BLOCK": 128},
+            )
+            ptx = triton.compile(source, target=GPUTarget("cuda", arch, 32)).asm["ptx"]
+            out[pair] = sorted(set(re.findall(r"\bcvt(?:\.\w+)+", ptx)))
+    return out
+
+
 # ------------------------------------------------------------------------ driver
 
 CPU_NOTE = (
@@ -483,9 +557,20 @@ def main(argv=None) -> int:
         default=1,
         help="processes, each measuring some source dtypes (they share Triton's cache)",
     )
+    parser.add_argument(
+        "--ptx",
+        nargs=2,
+        metavar=("COPY_PY", "PLAN_JSON"),
+        help="print the PTX conversions of a copy.py's kernels for sm_90 (no GPU): "
+        'PLAN_JSON maps "src->dst" to a scalar function name',
+    )
     parser.add_argument("--sources", nargs="*", help=argparse.SUPPRESS)  # a job's part
     parser.add_argument("--part", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.ptx:
+        plan = json.loads(Path(args.ptx[1]).read_text())
+        print(json.dumps(ptx_conversions(args.ptx[0], plan)))
+        return 0
     mode = args.mode
     if mode == "auto":
         mode = "cuda" if torch.cuda.is_available() else "cpu"

@@ -115,3 +115,71 @@ def test_kernel_choice(ops):
     assert kernel(torch.float64, torch.float16) is op._through_fp32_kernel
     assert kernel(torch.float64, torch.bfloat16) is op._through_fp32_kernel
     assert kernel(torch.float32, torch.bfloat16) is op._copy_kernel
+
+
+# Compiled Triton, without a GPU: the PTX (sm_90) of each kernel as pointwise_dynamic
+# runs it (load, scalar function, converting store), in a child without the interpreter.
+PTX_PAIRS = [
+    "float32->bool", "int16->bool", "float64->bool", "int32->bfloat16",
+    "int64->bfloat16", "uint64->bfloat16", "float32->uint8", "bfloat16->uint8",
+    "float64->uint8", "float64->float16", "float64->bfloat16",
+]  # fmt: skip
+
+
+def _ptx(path, plan, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(gc.REPO / "harness")
+    cmd = [sys.executable, "-m", "copyfix.generic_conversions", "--out", "-"]
+    run = subprocess.run(
+        [*cmd, "--ptx", str(path), str(plan_file)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_compiled_conversions_before_and_after(ops, tmp_path):
+    def name_of(kernel):
+        return kernel._scalar_fn.__name__
+
+    plan = {}
+    for pair in PTX_PAIRS:
+        src, dst = (gc.DTYPES[n] for n in pair.split("->"))
+        chosen = ops["after"]._kernel_for(
+            torch.zeros(1, dtype=dst), torch.zeros(1, dtype=src)
+        )
+        plan[pair] = name_of(chosen)
+    after = _ptx(ops["after_file"]["path"], plan, tmp_path)
+    before = _ptx(
+        ops["before_file"]["path"], dict.fromkeys(PTX_PAIRS, "_copy_kernel"), tmp_path
+    )
+    # the pre-image: one rounding / a saturating or int8 conversion, all unlike torch
+    assert "cvt.rzi.s16.f32" in before["float32->bool"]  # the int8 store: 0.5 -> 0
+    assert "cvt.rn.bf16.s32" in before["int32->bfloat16"]
+    assert "cvt.rn.bf16.s64" in before["int64->bfloat16"]
+    assert "cvt.rzi.u16.f32" in before["float32->uint8"]  # saturates: -1.5 -> 0
+    assert "cvt.rn.f16.f64" in before["float64->float16"]
+    assert "cvt.rn.bf16.f64" in before["float64->bfloat16"]
+    # after: torch's routes
+    for pair, cvts in after.items():
+        src, dst = pair.split("->")
+        if dst == "bool":
+            assert not [c for c in cvts if c.startswith("cvt.rzi")], (pair, cvts)
+        if dst == "uint8":
+            assert [c for c in cvts if c.startswith("cvt.rzi.s64.")], (pair, cvts)
+            assert not [c for c in cvts if c.startswith("cvt.rzi.u")], (pair, cvts)
+        if dst == "bfloat16" and not src.startswith("float"):
+            assert not [c for c in cvts if c.startswith("cvt.rn.bf16.")], (pair, cvts)
+            assert [c for c in cvts if c.startswith("cvt.rn.f32.")], (pair, cvts)
+        if src == "float64" and dst in ("float16", "bfloat16"):
+            short = "f16" if dst == "float16" else "bf16"
+            assert {"cvt.rn.f32.f64", f"cvt.rn.{short}.f32"} <= set(cvts), (pair, cvts)
