@@ -5,7 +5,8 @@
 #   OUT=<dir> COPYFIX_OP_COMMIT=<sha> bash harness/device_pr2.sh          # on the GPU box
 #   DRY_RUN_CPU=1 OUT=/tmp/pr2out bash harness/device_pr2.sh             # plumbing only, CPU
 #
-# Steps (each budgeted against DEADLINE seconds, default 570; JOBS processes, default 16):
+# Steps, in this order (budgeted against DEADLINE seconds, default 570; JOBS processes,
+# default 16; gc-main mostly reuses gc-5.0.2's compiled kernels):
 #   gc-5.0.2, gc-main  python -m copyfix.generic_conversions on the repo composed over the
 #                      5.0.2 wheel (device_env.sh) and over main (.upstream/fgmain-src.tar.gz):
 #                      before (pre-image) / after (overlay) over 15 dtypes x 3 layouts
@@ -62,7 +63,7 @@ gc() {  # LABEL PYTHONPATH: the generic op before/after, merged into $GC_JSON
 }
 compose_main() {  # a copy of the repo composed over FlagGems main, in /tmp/pr2main
   rm -rf /tmp/fgmain /tmp/pr2main && mkdir -p /tmp/fgmain /tmp/pr2main && main_tree
-  tar --exclude=./build --exclude=./.whl --exclude=./.venv --exclude=./.git -cf - . | tar -xf - -C /tmp/pr2main
+  tar --exclude=./build --exclude=./.whl --exclude=./.upstream --exclude=./.venv --exclude=./.git -cf - . | tar -xf - -C /tmp/pr2main
   (cd /tmp/pr2main && FLAGGEMS_BASE=/tmp/fgmain PYTHONPATH=harness $PY -c \
     "from pathlib import Path; from copyfix.compose import compose; compose(Path('.').resolve(), editable=False)")
 }
@@ -84,7 +85,7 @@ upstream() {  # LABEL CHECKOUT: the PR test file in a copy of the checkout, befo
 # in the dry run, the harness (its plugin) and the venv
 if [ "$DRY_RUN_CPU" = 1 ]; then SITE_UP=$REPO/harness; else SITE_UP=/tmp/site; fi
 
-for step in ${STEPS:-gc-5.0.2 up-main up-5.0.2 gc-main}; do
+for step in ${STEPS:-gc-5.0.2 gc-main up-main up-5.0.2}; do
   echo "=== $step $(date +%T), $(left) s left"
   case $step in
     gc-5.0.2) gc 5.0.2 "$SITE" > $LOGS/$step.log 2>&1 ;;

@@ -259,7 +259,13 @@ def measure(ops: dict, device, dtypes=None, layouts=LAYOUTS, sources=None) -> di
             entry = {}
             for layout in layouts:
                 ref_dst, src = layout_pair(values, dst_dtype, layout, device)
-                ref_dst.copy_(src)  # torch's own copy_ (nothing of FlagGems dispatched)
+                try:  # torch's own copy_ (nothing of FlagGems dispatched)
+                    ref_dst.copy_(src)
+                except Exception as exc:  # e.g. a dtype pair torch lacks on this device
+                    entry[layout] = {
+                        "torch_error": f"{type(exc).__name__}: {exc}"[:200]
+                    }
+                    continue
                 row = {"elements": ref_dst.numel()}
                 for which in ("before", "after"):
                     dst = torch.zeros_like(ref_dst)
@@ -299,9 +305,11 @@ def to_copy_pairs(device, dtypes, sources) -> dict:
     for src_name in sources:
         values = inputs(src_name).to(device)
         for dst_name in dtypes:
-            ref = values.to(DTYPES[dst_name])  # torch's _to_copy (nothing dispatched)
-            got = torch.zeros_like(ref)
             try:
+                ref = values.to(
+                    DTYPES[dst_name]
+                )  # torch's _to_copy (nothing dispatched)
+                got = torch.zeros_like(ref)
                 to._to_copy_func(values, out0=got)
             except Exception as exc:
                 out[f"{src_name}->{dst_name}"] = type(exc).__name__
@@ -338,14 +346,21 @@ def related_paths(device, to_copy: dict) -> dict:
 
 
 def summarise(pairs: dict) -> dict:
+    """Differing elements and errors summed over pairs and layouts (a layout torch
+    itself cannot copy on this device is counted under torch_errors, nothing else)."""
     total = {
         "before_differ": 0,
         "after_differ": 0,
         "before_errors": 0,
         "after_errors": 0,
+        "torch_errors": 0,
     }
-    for entry in pairs.values():
-        for row in entry.values():
+    rows = {
+        p: [r for r in e.values() if "torch_error" not in r] for p, e in pairs.items()
+    }
+    total["torch_errors"] = sum(len(e) - len(rows[p]) for p, e in pairs.items())
+    for pair_rows in rows.values():
+        for row in pair_rows:
             for which in ("before", "after"):
                 if row[f"{which}_differ"] is None:
                     total[f"{which}_errors"] += 1
@@ -353,19 +368,15 @@ def summarise(pairs: dict) -> dict:
                     total[f"{which}_differ"] += row[f"{which}_differ"]
     float8 = [p for p in pairs if "float8" in p]
     total["float8_pairs"] = {
-        which: sum(r[which] or 0 for p in float8 for r in pairs[p].values())
+        which: sum(r[which] or 0 for p in float8 for r in rows[p])
         for which in ("before_differ", "after_differ")
     }
-    total["pairs_before_differ"] = sorted(
-        p
-        for p, e in pairs.items()
-        if any(r["before_differ"] or r.get("before_error") for r in e.values())
-    )
-    total["pairs_after_differ"] = sorted(
-        p
-        for p, e in pairs.items()
-        if any(r["after_differ"] or r.get("after_error") for r in e.values())
-    )
+    for which in ("before", "after"):
+        total[f"pairs_{which}_differ"] = sorted(
+            p
+            for p, pair_rows in rows.items()
+            if any(r[f"{which}_differ"] or r.get(f"{which}_error") for r in pair_rows)
+        )
     return total
 
 
@@ -510,10 +521,11 @@ def merge(path: Path, label: str, section: dict) -> dict:
         "after_differ": 0,
         "before_errors": 0,
         "after_errors": 0,
+        "torch_errors": 0,
     }
     for sec in bases.values():
         for key in summary:
-            summary[key] += sec["summary"][key]
+            summary[key] += sec["summary"].get(key, 0)
     summary["bases"] = sorted(bases)
     return {"summary": summary, "bases": dict(sorted(bases.items()))}
 
