@@ -22,8 +22,9 @@ copy_ now picks the kernel by dtype pair: nonzero -> True for bool
 destinations; float -> uint8 through int64; integers -> bfloat16 through
 float32 with the second rounding done on the bit pattern (the compiler folds
 int -> float32 -> bfloat16 into one rounding); float64 -> float16/bfloat16
-through float32. Conversions to or from float8 go to aten (torch saturates
-and rounds float8 its own way). Same-dtype copies are unchanged.
+through float32. Conversions to or from float8 go to aten (Triton saturates
+where torch overflows to inf, and cannot convert integers to or from
+float8). Same-dtype copies are unchanged.
 
 Adds tests/test_copy_dtype_conversions.py: every pair of ten dtypes with edge
 values (integer extremes, rounding ties, +-0, +-inf, NaN, subnormals,

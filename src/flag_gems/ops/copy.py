@@ -88,8 +88,8 @@ def _can_use_triton(dst: torch.Tensor, src: torch.Tensor) -> bool:
         # Triton does not support float8 yet, so defer to PyTorch which has a reference implementation.
         return False
     if src.dtype != dst.dtype and (_is_float8(src.dtype) or _is_float8(dst.dtype)):
-        # torch rounds and saturates float8 its own way (Triton's conversions
-        # saturate to the largest finite value, and vary by device).
+        # Not Triton's conversions: it saturates where torch overflows to inf
+        # (float8_e5m2) and cannot convert integers to or from float8.
         return False
     return True
 
