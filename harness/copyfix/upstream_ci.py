@@ -199,7 +199,19 @@ def _run_record(command: str, text: str) -> dict:
         rec["note"] = "no pytest summary line: it stopped before a session summary"
         rec["last_lines"] = _clean_tail(text, 400)
     rec["failures"] = parse_failures(text)
+    rec["registration_errors"] = registration_errors(text)
     return rec
+
+
+_REGISTRATION = re.compile(r"Skipped registering operator: (.*)$", re.M)
+
+
+def registration_errors(text: str) -> list[str]:
+    """FlagGems' swallowed registration errors (``Skipped registering operator: ...``),
+    each once.  One naming ``copy_`` means FlagGems' copy_ never ran in that session:
+    e.g. on torch 2.11 a second Python kernel for aten::copy_ on the same key is refused
+    while the device model's is registered."""
+    return sorted({m.strip()[:300] for m in _REGISTRATION.findall(text)})
 
 
 def _clean_tail(text: str, n: int = TAIL) -> str:
@@ -560,6 +572,7 @@ def run_test_copy(tree, cmd, *, pr, mode, shims, budget, work, log_dir, n) -> di
         )
         rec["meta"] = _meta(out, tree)
     rec["failure_classes"] = _classes(rec["failures"])
+    rec["registration_errors"] = registration_errors(text)
     rec["log_tail"] = _clean_tail(text)
     print(
         f"[upstream-ci]   rc {rc}, {rec['passed']} passed, {rec['failed']} failed, "
@@ -787,7 +800,7 @@ def _block_section(label: str, sec: dict) -> list[str]:
             what = (
                 inv.get("note")
                 if inv["rc"] is None
-                else "nothing (not a test/benchmark file for this test-op.sh)"
+                else "nothing: this test-op.sh runs no pytest for this file"
             )
             lines.append(
                 f"| {inv['pr']} | `{inv['file']}` | {what} | {_rc(inv['rc'])} | 0 | 0 | 0 "
@@ -829,10 +842,37 @@ def _block_section(label: str, sec: dict) -> list[str]:
         ]
         for who, r in rows:
             classes = ", ".join(f"{k} {n}" for k, n in r["failure_classes"].items())
+            reasons = sorted(
+                {f["reason"] for f in r.get("failures", []) if f["reason"]}
+            )
+            if reasons:
+                classes += (
+                    " (" + "; ".join(f"`{_cell(x[:80])}`" for x in reasons[:2]) + ")"
+                )
             lines.append(
                 f"| {who} | `{r['command']}` | {_rc(r['rc'])} | {r['passed']} | {r['failed']} | "
                 f"{r['skipped']} | {classes or 'none'} | {r['seconds']} |"
             )
+    blocked = sorted(
+        {
+            r["command"]
+            for r in [
+                *(x for inv in sec["invocations"] for x in inv["pytest_runs"]),
+                *[r for _, r in rows],
+            ]
+            if any(
+                "copy_'s" in e or " copy_ " in e
+                for e in r.get("registration_errors") or []
+            )
+        }
+    )
+    if blocked:
+        lines += [
+            "",
+            f"**FlagGems could not register `copy_`** in {len(blocked)} of these pytest runs "
+            "(`Skipped registering operator`, in the log): their `copy_` calls reached the "
+            "device model, not FlagGems, with or without the PR.",
+        ]
     lines.append("")
     return lines
 

@@ -315,6 +315,10 @@ Running unit tests for tests/test_x.py
 + coverage run -m pytest -s -x tests/test_x.py
 ============================= test session starts ==============================
 tests/test_x.py ..s.
+WARNING  root:error.py:30 Skipped registering operator: This is not allowed since there's \
+already a kernel registered from python overriding copy_'s behavior for CUDA dispatch key
+WARNING  root:error.py:30 Skipped registering operator: This is not allowed since there's \
+already a kernel registered from python overriding copy_'s behavior for CUDA dispatch key
 =========================== short test summary info ============================
 FAILED tests/test_x.py::test_y[a|b] - torch.AcceleratorError: CUDA error: invalid device function
 ======== 1 failed, 3 passed, 1 skipped, 2 warnings in 12.50s =========
@@ -339,6 +343,10 @@ def test_split_runs_matches_each_traced_pytest_command_with_its_counts():
     assert first["pytest_seconds"] == 12.5
     assert first["failures"][0]["nodeid"] == "tests/test_x.py::test_y[a|b]"
     assert first["failures"][0]["reason_class"] == "xpu-fault"
+    # FlagGems' swallowed registration error, once: its copy_ never ran in that session
+    (blocked,) = first["registration_errors"]
+    assert "overriding copy_'s behavior for CUDA" in blocked
+    assert usage["registration_errors"] == []
     assert usage["summary"] is None and "usage" in usage["last_lines"]
     assert (usage["passed"], usage["failed"]) == (0, 0)
     assert bench["summary"] == "no tests ran in 0.01s" and bench["passed"] == 0
@@ -444,6 +452,17 @@ def _section(label, commit="abc1234"):
     }
 
 
+def test_docs_say_when_flag_gems_could_not_register_copy(tmp_path):
+    sec = _section("main")
+    sec["test_copy"]["without_pr"][0]["registration_errors"] = [
+        "This is not allowed since there's already a kernel registered from python "
+        "overriding copy_'s behavior for CUDA dispatch key and aten namespace."
+    ]
+    upstream_ci.write_results(tmp_path / "upstream_ci_cuda.json", "main", sec)
+    block = upstream_ci.render_block(tmp_path)
+    assert "**FlagGems could not register `copy_`** in 1 of these pytest runs" in block
+
+
 def test_results_merge_bases_atomically(tmp_path):
     path = tmp_path / "upstream_ci_cpu.json"
     upstream_ci.write_results(path, "v5.0.2", _section("v5.0.2", "old"))
@@ -483,6 +502,7 @@ def test_docs_block_is_replaced_and_kept_by_upstream_check(tmp_path, monkeypatch
         "| without PR | `pytest -s tests/test_copy.py` | 1 | 4 | 2 | 0 | xpu-fault 2 | 2.0 |"
         in text
     )
+    assert "could not register" not in text
     # upstream-check regenerates the file and keeps the block as it is
     block = text[text.index("<!-- upstream-ci -->") :]
     monkeypatch.setattr(upstream_check, "RESULTS", tmp_path / "none")
