@@ -426,3 +426,18 @@ def test_copy_sdpa_mask(mask_dtype):
     with flag_gems.use_gems(include=["copy_"]):
         mask.copy_(host_mask.to(DEVICE).expand(2, 4, 4, 4))
     _assert_bits_equal(mask, host_ref)
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("value", [3.7, -2, True, 2.0**24 + 1], ids=repr)
+@pytest.mark.parametrize(
+    "dtype", [torch.bfloat16, torch.int32, torch.bool], ids=SHORT.get
+)
+def test_copy_python_number(value, dtype):
+    # Tensor.copy_(3.7) fills; a Python kernel receives the number itself
+    host_base = torch.zeros(3, 4, dtype=dtype)
+    host_base.t().copy_(value)
+    base = torch.zeros(3, 4, dtype=dtype, device=DEVICE)
+    with flag_gems.use_gems(include=["copy_"]):
+        base.t().copy_(value)
+    _assert_bits_equal(base, host_base)

@@ -634,5 +634,3 @@ def test_cpu_mode_in_a_child_that_inherits_triton_interpret():
         TRITON_INTERPRET="1",
         CUDA_VISIBLE_DEVICES="",  # cpu mode on a CUDA build of torch
     )
-
-

@@ -47,8 +47,10 @@ def test_mutant_id_survives_line_moves_but_not_content_changes():
 def test_config_names_existing_tests_in_a_valid_order():
     cfg = mutation.load_config()
     command = mutation.test_command(cfg)
-    nodes = [a.split("::")[1] for a in command.split() if "::" in a]
-    assert len(nodes) == len(set(nodes))  # every test once
+    pairs = [tuple(a.split("::")) for a in command.split() if "::" in a]
+    assert len(pairs) == len(set(pairs))  # every test of every file once
+    assert {f for f, _ in pairs} == set(mutation.test_files(cfg))
+    nodes = [n for _, n in pairs]
     assert nodes[: len(cfg["first"])] == cfg["first"]  # (names: every one exists)
     assert nodes[-len(cfg["last"]) :] == cfg["last"]
     for name in cfg["scopes"]:

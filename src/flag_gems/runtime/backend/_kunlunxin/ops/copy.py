@@ -195,6 +195,19 @@ def _must_read_src_first(dst: torch.Tensor, src: torch.Tensor) -> bool:
     return d0 < s1 and s0 < d1
 
 
+def _wrapped_number(value, dst: torch.Tensor) -> torch.Tensor:
+    """`Tensor.copy_(3.7)` hands a Python kernel the number itself. Convert it on
+    the host from float64/int64/bool as aten does, and broadcast it on dst's device."""
+    if not isinstance(value, (bool, int, float, complex)):
+        raise TypeError(
+            f"copy_(): argument 'src' must be Tensor, not {type(value).__name__}"
+        )
+    src = torch.tensor(value, dtype=torch.float64 if isinstance(value, float) else None)
+    if src.is_complex() or dst.dtype not in _TRITON_DTYPES:
+        return src  # (the fallback converts it)
+    return src.to(dst.dtype).to(dst.device)
+
+
 def _expand_like(src: torch.Tensor, target_shape: torch.Size) -> torch.Tensor:
     if src.shape == target_shape:
         return src
@@ -229,7 +242,7 @@ def copy(
 
 def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
     if not isinstance(src, torch.Tensor):
-        raise TypeError("src must be a Tensor")
+        src = _wrapped_number(src, dst)
 
     # this is the same as PyTorch's check
     if dst._is_zerotensor():
