@@ -49,7 +49,7 @@ else
   UP_MAIN=.upstream/main UP_502=.upstream/v5.0.2
   SITE=/tmp/site:$REPO/build/composed:$REPO/harness UP_PLUGIN=""
   MAIN_SITE=/tmp/site:/tmp/pr2main/build/composed:/tmp/pr2main/harness
-  main_tree() { tar -xzf .upstream/fgmain-src.tar.gz -C /tmp/fgmain; }
+  main_tree() { cp -r .upstream/main/src /tmp/fgmain/; }  # (.upstream/main.tgz, unpacked by device_run.sh)
 fi
 # a later call (a fresh machine) adds its steps to an earlier call's files, when given them
 [ -n "${GC_PREV:-}" ] && cp "$GC_PREV" "$GC_JSON"
