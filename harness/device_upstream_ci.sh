@@ -14,7 +14,8 @@
 # (carried with the device tool's `carry`: [".upstream", ".whl"]) and unpacked below into
 # .upstream/main and .upstream/v5.0.2; folders already unpacked there are used as they are.
 # coverage (upstream's test-op.sh runs `coverage run -m pytest`) is a wheel in .whl/
-# (`pip download coverage==7.10.7 --only-binary=:all: --python-version 3.12 -d .whl`),
+# (`pip download coverage==7.10.7 --no-deps --only-binary=:all: --python-version 3.12
+# --platform manylinux_2_28_x86_64 -d .whl`: the box's python3 is 3.12),
 # installed by harness/device_env.sh into /tmp/site; its script is /tmp/site/bin/coverage.
 set -u
 cd "$(dirname "$0")/.."
