@@ -8,7 +8,7 @@
 # Steps, in this order (budgeted against DEADLINE seconds, default 570; JOBS processes,
 # default 16; gc-main mostly reuses gc-5.0.2's compiled kernels):
 #   gc-5.0.2, gc-main  python -m copyfix.generic_conversions on the repo composed over the
-#                      5.0.2 wheel (device_env.sh) and over main (.upstream/fgmain-src.tar.gz):
+#                      5.0.2 wheel (device_env.sh) and over main (.upstream/main/src):
 #                      before (pre-image) / after (overlay) over 15 dtypes x 3 layouts
 #   up-main, up-5.0.2  the PR test file dropped into a copy of the upstream checkout
 #                      (.upstream/main, .upstream/v5.0.2: src/ and tests/), run with
@@ -44,6 +44,9 @@ if [ "$DRY_RUN_CPU" = 1 ]; then
   main_tree() { cp -r "$UP_MAIN/src" /tmp/fgmain/; }
 else
   . harness/device_env.sh > $LOGS/env.log 2>&1  # /tmp/site wheels, build/composed over 5.0.2
+  for t in .upstream/*.tgz; do  # (as device_run.sh does, when this runs on its own)
+    [ -e "$t" ] && [ ! -d ".upstream/$(basename "$t" .tgz)" ] && tar -xzf "$t" -C .upstream
+  done
   unset COPYFIX_EMULATION
   PY=python3 MODE=cuda GC_JSON=$OUT/generic_conversions_h200.json
   UP_MAIN=.upstream/main UP_502=.upstream/v5.0.2
