@@ -1174,6 +1174,30 @@ def test_copy_direct_call_rejects_what_is_not_a_number(value):
     assert bool((dst.cpu() == 7.0).all())
 
 
+def _number_launches(dst, value, dispatched=False):
+    """(fallbacks, launches) of copy_(dst, number).
+
+    The number is converted on the host from float64/int64/bool into dst's dtype
+    and copied as a 0-d source (a complex one, or into a dtype Triton lacks: aten).
+    Under use_gems that conversion is itself a dispatched copy_ in cpu mode (the
+    host is the device), and the transfer to the device one elsewhere.
+    """
+    triton_dtypes = copy_module()._TRITON_DTYPES
+    host = torch.tensor(value, dtype=torch.float64 if type(value) is float else None)
+    if host.is_complex() or dst.dtype not in triton_dtypes:
+        return 1, []
+    fallbacks, launches = 0, []
+    if dispatched and DEVICE == "cpu" and host.dtype != dst.dtype:
+        if host.dtype in triton_dtypes:
+            launches += expected_launches(torch.empty((), dtype=dst.dtype), host)
+        else:
+            fallbacks += 1
+    elif dispatched and DEVICE != "cpu":
+        fallbacks += 1
+    launches += expected_launches(dst, torch.empty((), dtype=dst.dtype))
+    return fallbacks, launches
+
+
 @pytest.mark.copy_
 @pytest.mark.parametrize("value", [3.7, -2, True, 1j], ids=repr)
 def test_copy_direct_call_takes_a_python_number(value):
@@ -1182,7 +1206,9 @@ def test_copy_direct_call_takes_a_python_number(value):
         warnings.simplefilter("ignore")  # complex -> real: torch warns
         ref.copy_(value)
         dst = torch.full((3, 2), 7.0, device=DEVICE).t()
-        copy_module().copy_(dst, value)
+        with track_paths() as paths:
+            assert copy_module().copy_(dst, value) is dst
+    assert (paths.fallbacks, paths.launches) == _number_launches(dst, value)
     assert_bit_exact(dst, ref, repr(value))
 
 
@@ -1201,6 +1227,8 @@ SCALAR_CASES = [
     (1e-40, torch.float32),
     (2**53 + 1, torch.int64),
     (-(2**62) - 1, torch.int64),
+    (3.7, torch.float64),  # (aten: float64 is not Triton's on KunlunXIN)
+    (2**53 + 1, torch.float64),
 ]
 
 
@@ -1210,7 +1238,9 @@ def test_copy_python_scalar_through_dispatch(value, dtype):
     ref = torch.zeros(3, 4, dtype=dtype)
     ref.copy_(value)
     dst = torch.zeros(4, 6, dtype=dtype, device=DEVICE)[:, ::2].t()
-    gems_copy_(dst, value)
+    with track_paths() as paths:
+        gems_copy_(dst, value)
+    assert (paths.fallbacks, paths.launches) == _number_launches(dst, value, True)
     assert_bit_exact(dst, ref, f"scalar {value!r} -> {dtype}")
 
 
