@@ -185,6 +185,33 @@ def test_flag_gems_registered_later_takes_the_copy_and_the_model_comes_back():
     assert torch.equal(out, src.t())
 
 
+def test_precedence_holds_where_torch_refuses_a_second_python_kernel(monkeypatch):
+    # torch 2.11 (the GPU box) refuses a second Python kernel for one operator and key,
+    # and FlagGems then goes on without its copy_; torch 2.13 allows it by default.
+    # The model must let FlagGems register over it there too.
+    stock = torch.library.Library.impl
+
+    def refusing(self, op_name, fn, dispatch_key="", *, with_keyset=False, **_):
+        return stock(
+            self,
+            op_name,
+            fn,
+            dispatch_key,
+            with_keyset=with_keyset,
+            allow_override=False,
+        )
+
+    monkeypatch.setattr(torch.library.Library, "impl", refusing)
+    src = grid(6, 4)
+    with model():
+        with flag_gems.use_gems(include=["copy_"]):
+            out = src.t().contiguous()
+            with model():  # and a model opened inside use_gems is not refused
+                assert_faults(lambda: src.t().contiguous())
+        assert_faults(lambda: src.t().contiguous())
+    assert torch.equal(out, src.t())
+
+
 def test_a_model_opened_inside_use_gems_shadows_flag_gems():
     # the dispatcher uses the latest registration: the suites open the model first
     # (session or test scope) and use_gems() inside it, as upstream's tests do

@@ -208,8 +208,32 @@ def xpu_device_model(device_type: str | None = None) -> Iterator[None]:
 
     lib = torch.library.Library("aten", "IMPL")
     try:
-        lib.impl("copy_", copy_, device_type.upper())
+        _register_below_later_ones(torch, lib, "copy_", copy_, device_type.upper())
         with _faulty_redispatch(device_type):
             yield
     finally:
         lib._destroy()
+
+
+def _register_below_later_ones(torch, lib, op, fn, key):
+    """Register fn for aten::op on key so that a later registration still takes over.
+
+    The dispatcher keeps every registration of one operator and key, uses the latest and
+    restores the previous one when the latest is removed: rule 4 rests on that.  But
+    torch 2.11's torch/library.py Library.impl refuses a second *Python* kernel for one
+    operator and key (it keeps them in the module-level set ``_impls``; torch 2.13's
+    ``allow_override`` defaults to allowing it), and FlagGems' registrar logs that refusal
+    and goes on without its kernel.  So the model's entry is kept out of ``_impls``:
+    FlagGems' later ``use_gems()`` registers over it, as it would on the device, and a
+    registration already there does not refuse the model.
+    """
+    impls = torch.library._impls
+    name = f"aten/{op}/{key}"
+    held = name in impls  # (FlagGems registered first: its entry stays)
+    impls.discard(name)
+    try:
+        lib.impl(op, fn, key)
+    finally:
+        if not held:
+            impls.discard(name)
+        lib._op_impls.discard(name)  # (so that destroying ours leaves theirs alone)
