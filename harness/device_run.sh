@@ -55,7 +55,7 @@ for step in "$@"; do
       timeout "$(left)" python3 -m copyfix.upstream_ci "$ck" --mode cuda --label $lb \
         --machine "nvidia-h200: 1 H200, 16 CPU cores" --no-docs --results "$OUT/upstream_ci_cuda.json" \
         ${UPSTREAM_CI_ARGS:-} > "$log" 2>&1 ;;
-    pr2) timeout "$(left)" bash harness/device_pr2.sh > "$log" 2>&1 ;;
+    pr2) DEADLINE=$(( $(left) - 10 )) timeout "$(left)" bash harness/device_pr2.sh > "$log" 2>&1; cp /tmp/pr2logs/*.log $LOGS/ 2>/dev/null ;;
   esac
   echo "=== $step rc=$? $(date +%T)"; grep -v -i "warn" "$log" | tail -n 4
 done
