@@ -57,6 +57,10 @@ class StridedCopyBenchmark(base.Benchmark):
         super().__init__(*args, **kwargs)
         self.cast = cast
 
+    def set_shapes(self, shape_file_path=None):
+        # the sides of the layouts above, not the shape file's element shapes
+        self.shapes = self.DEFAULT_SHAPES
+
     def get_input_iter(self, dtype) -> Generator:
         src_dtype = torch.float32 if self.cast else dtype
         for shape in self.shapes:
