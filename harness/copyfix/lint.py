@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from copyfix.export import PR_FILES
+from copyfix.export import PRS
 
 REPO = Path(__file__).resolve().parents[2]
 FLAKE8_ARGS = ["--ignore=F405,E731,W503,E203,E701,E704", "--max-line-length=120"]
@@ -54,7 +54,7 @@ def actionlint() -> int:
 
 
 def main() -> int:
-    py = [f for f in PR_FILES if f.endswith(".py")]
+    py = [f for pr in PRS.values() for f in pr.files if f.endswith(".py")]
     tool = [sys.executable, "-m"]
     status = 0
     status |= _run([*tool, "black", "--check", "--target-version", "py310", *py])

@@ -112,3 +112,21 @@ def test_make_pr_refuses_an_unknown_pre_image(upstream):
     with pytest.raises(SystemExit, match="not a known pre-image"):
         export.export_pr(upstream, ["kunlunxin"])
     assert git(upstream, "rev-parse", "--abbrev-ref", "HEAD").strip() == "master"
+
+
+def test_make_pr_exports_each_pr_as_its_own_branch(upstream, monkeypatch):
+    for var in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{var}_NAME", "ci")
+        monkeypatch.setenv(f"GIT_{var}_EMAIL", "ci@example.com")
+    base = git(upstream, "rev-parse", "HEAD").strip()
+    shas = export.export_pr(upstream)
+    assert sorted(shas) == ["generic", "kunlunxin"]
+    for name, sha in shas.items():
+        pr = export.PRS[name]
+        assert git(upstream, "rev-parse", pr.branch).strip() == sha
+        assert (
+            git(upstream, "rev-parse", sha + "^").strip() == base
+        )  # one commit on base
+        changed = git(upstream, "show", "--name-only", "--format=", sha).split()
+        assert sorted(changed) == sorted(pr.files)  # and nothing of the other PR
+    assert not set(export.PRS["generic"].files) & set(export.PRS["kunlunxin"].files)
