@@ -35,6 +35,7 @@ import pytest
 import torch
 
 import flag_gems
+from copyfix import tracking
 
 pytestmark = pytest.mark.harness
 
@@ -285,14 +286,7 @@ def assert_bit_exact(res, ref, what, exact_nans=True):
         )
 
 
-KERNELS = (
-    "_copy_kernel",
-    "copy_slice",
-    "_to_bool_kernel",
-    "_int_to_bf16_kernel",
-    "_float_to_uint8_kernel",
-    "_negate_kernel",
-)
+KERNELS = tracking.OP_KERNELS
 
 
 class Paths:

@@ -18,7 +18,7 @@ from unittest import mock
 
 import pytest
 
-from copyfix import emulation
+from copyfix import emulation, tracking
 
 MODE = emulation.activate()  # before flag_gems is imported
 
@@ -31,14 +31,7 @@ pytestmark = pytest.mark.harness
 
 COPY_OP = torch.ops.aten.copy_.default
 DEV = emulation.device()
-COPY_KERNELS = (
-    "_copy_kernel",
-    "copy_slice",
-    "_to_bool_kernel",
-    "_int_to_bf16_kernel",
-    "_float_to_uint8_kernel",
-    "_negate_kernel",
-)
+COPY_KERNELS = tracking.OP_KERNELS
 
 
 @pytest.fixture
