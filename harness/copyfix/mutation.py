@@ -128,7 +128,8 @@ def make_worker(folder: Path, tests: list) -> None:
             rel = target.relative_to(REPO)  # overlay links point into REPO/src
             link.unlink()
             link.symlink_to(folder / rel)
-    for rel in ["pyproject.toml", *tests]:
+    # (tests/__init__.py: the PR tests import `from . import accuracy_utils`)
+    for rel in ["pyproject.toml", "tests/__init__.py", *tests]:
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, folder / rel)
 

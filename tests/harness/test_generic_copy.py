@@ -183,3 +183,32 @@ def test_compiled_conversions_before_and_after(ops, tmp_path):
         if src == "float64" and dst in ("float16", "bfloat16"):
             short = "f16" if dst == "float16" else "bf16"
             assert {"cvt.rn.f32.f64", f"cvt.rn.{short}.f32"} <= set(cvts), (pair, cvts)
+
+
+@pytest.mark.parametrize(
+    "dst_dtype, src_dtype",
+    [
+        (torch.bool, torch.float32),
+        (torch.bfloat16, torch.int32),
+        (torch.uint8, torch.float32),
+        (torch.float16, torch.float64),
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("shapes", [((3, 4), (5, 4)), ((4,), (2, 4))], ids=str)
+def test_bad_input_raises_as_torch_and_leaves_dst_untouched(
+    ops, dst_dtype, src_dtype, shapes
+):
+    # PR 2 changes which kernel converts, never the checks before it: the generic op's
+    # own broadcast checks (their text is the generic op's, as before the PR) still
+    # raise torch's error type before anything is written, on every new kernel's path
+    dst_shape, src_shape = shapes
+    ref = torch.zeros(dst_shape, dtype=dst_dtype)
+    src = torch.ones(src_shape, dtype=src_dtype)
+    with pytest.raises(RuntimeError):
+        ref.copy_(src)
+    dst = torch.zeros(dst_shape, dtype=dst_dtype, device=device())
+    for op in (ops["before"], ops["after"]):
+        with pytest.raises(RuntimeError):
+            op.copy_(dst, src.to(device()))
+        assert torch.equal(dst.cpu(), ref)
