@@ -55,12 +55,6 @@ if device.support_fp64:
 # lanes: one launch holds at most 12 * 2**27 elements.
 _MAX_NUMEL = 12 * 2**27
 
-_PARTIAL_OVERLAP_MSG = (
-    "unsupported operation: some elements of the input tensor and the written-to "
-    "tensor refer to a single memory location. Please clone() the tensor before "
-    "performing the operation."
-)
-
 config_ = CodeGenConfig(
     512,
     (65536, 65536, 65536),
@@ -190,7 +184,11 @@ def _must_read_src_first(dst: torch.Tensor, src: torch.Tensor) -> bool:
     if dense(dst) and dense(src):
         if (d0, d1) != (s0, s1) or dst.stride() != src.stride():
             if d0 < s1 and s0 < d1:
-                raise RuntimeError(_PARTIAL_OVERLAP_MSG)
+                raise RuntimeError(
+                    "unsupported operation: some elements of the input tensor and the "
+                    "written-to tensor refer to a single memory location. Please "
+                    "clone() the tensor before performing the operation."
+                )
         return False
     return d0 < s1 and s0 < d1
 
