@@ -1841,3 +1841,14 @@ def test_copy_fuzz(problem, seed):
     ref = dst_base.clone()
     torch_copy_(dst_view(ref), src_view(src_base))
     assert_bit_exact(dev_dst_base, ref, layout, src_dtype == dst_dtype and not negation)
+
+
+@pytest.mark.copy_
+def test_copy_into_a_conjugate_view_of_itself_is_not_a_noop():
+    # same memory, same layout, but only dst has the conjugate bit: not the self-alias
+    # no-op (torch writes conj(z) into z's memory); complex goes to aten
+    host = torch.tensor([1 + 2j, -3 - 4j, 5j], dtype=torch.complex64)
+    host.conj().copy_(host)
+    z = torch.tensor([1 + 2j, -3 - 4j, 5j], dtype=torch.complex64, device=DEVICE)
+    copy_module().copy_(z.conj(), z)
+    assert torch.equal(z.cpu(), host)
