@@ -1852,3 +1852,13 @@ def test_copy_into_a_conjugate_view_of_itself_is_not_a_noop():
     z = torch.tensor([1 + 2j, -3 - 4j, 5j], dtype=torch.complex64, device=DEVICE)
     copy_module().copy_(z.conj(), z)
     assert torch.equal(z.cpu(), host)
+
+
+@pytest.mark.copy_
+def test_copy_of_a_conjugate_view_into_itself_is_not_a_noop():
+    # the other way round: only src has the conjugate bit
+    host = torch.tensor([1 + 2j, -3 - 4j, 5j], dtype=torch.complex64)
+    host.copy_(host.conj())
+    z = torch.tensor([1 + 2j, -3 - 4j, 5j], dtype=torch.complex64, device=DEVICE)
+    copy_module().copy_(z, z.conj())
+    assert torch.equal(z.cpu(), host)
