@@ -130,3 +130,17 @@ def compose(project: Path, editable: bool) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def decompose(composed: Path, dst: Path) -> Path:
+    """Copy a composed flag_gems package to ``dst`` as its base had it: each replaced
+    file's kept pre-image put back, the composition's own files left out."""
+    shutil.copytree(
+        composed, dst, symlinks=False, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    pre = dst / "_overlay_preimages"
+    for kept in pre.rglob("*.py"):
+        shutil.copyfile(kept, dst / kept.relative_to(pre))
+    shutil.rmtree(pre)
+    (dst / "_overlay_info.py").unlink()
+    return dst

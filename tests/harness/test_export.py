@@ -1,12 +1,11 @@
 """PR export: copy.patch in sync and applicable, `make pr` onto a synthetic FlagGems checkout."""
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from copyfix import export
+from copyfix import compose, export
 
 pytestmark = pytest.mark.harness
 
@@ -33,17 +32,8 @@ def upstream(tmp_path):
     """A git repo laid out like FlagGems, built from the base the build kept."""
     import flag_gems
 
-    composed = Path(flag_gems.__file__).parent
     repo = tmp_path / "FlagGems"
-    pkg = repo / "src" / "flag_gems"
-    shutil.copytree(
-        composed, pkg, symlinks=False, ignore=shutil.ignore_patterns("__pycache__")
-    )
-    pre = pkg / "_overlay_preimages"
-    for kept in pre.rglob("*.py"):  # put the base's own files back
-        shutil.copyfile(kept, pkg / kept.relative_to(pre))
-    shutil.rmtree(pre)
-    (pkg / "_overlay_info.py").unlink()
+    compose.decompose(Path(flag_gems.__file__).parent, repo / "src" / "flag_gems")
     (repo / "tests").mkdir()
     (repo / "benchmark").mkdir()
     (repo / ".pre-commit-config.yaml").write_text(PRE_COMMIT)

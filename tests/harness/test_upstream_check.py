@@ -8,14 +8,13 @@ fates under the XPU fault.  Nothing in it is upstream test code.
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 import tomllib
 import yaml
 
-from copyfix import export, lint, upstream_check
+from copyfix import compose, export, lint, upstream_check
 
 pytestmark = pytest.mark.harness
 
@@ -92,18 +91,7 @@ def checkout(tmp_path_factory):
     import flag_gems
 
     root = tmp_path_factory.mktemp("up") / "FlagGems"
-    pkg = root / "src" / "flag_gems"
-    shutil.copytree(
-        Path(flag_gems.__file__).parent,
-        pkg,
-        symlinks=False,
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
-    pre = pkg / "_overlay_preimages"
-    for kept in pre.rglob("*.py"):
-        shutil.copyfile(kept, pkg / kept.relative_to(pre))
-    shutil.rmtree(pre)
-    (pkg / "_overlay_info.py").unlink()
+    compose.decompose(Path(flag_gems.__file__).parent, root / "src" / "flag_gems")
     tests = root / "tests"
     tests.mkdir()
     (tests / "__init__.py").write_text("")

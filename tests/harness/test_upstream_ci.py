@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from copyfix import emulation, export, upstream_check, upstream_ci
+from copyfix import compose, emulation, export, upstream_check, upstream_ci
 
 pytestmark = pytest.mark.harness
 
@@ -101,18 +101,7 @@ def _base_tree(root: Path) -> Path:
     """src/flag_gems of the 5.0.2 base the build kept, under root."""
     import flag_gems
 
-    pkg = root / "src" / "flag_gems"
-    shutil.copytree(
-        Path(flag_gems.__file__).parent,
-        pkg,
-        symlinks=False,
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
-    pre = pkg / "_overlay_preimages"
-    for kept in pre.rglob("*.py"):
-        shutil.copyfile(kept, pkg / kept.relative_to(pre))
-    shutil.rmtree(pre)
-    (pkg / "_overlay_info.py").unlink()
+    compose.decompose(Path(flag_gems.__file__).parent, root / "src" / "flag_gems")
     return root
 
 
