@@ -560,9 +560,11 @@ def run_test_copy(tree, cmd, *, pr, mode, shims, budget, work, log_dir, n) -> di
             {
                 "nodeid": nodeid,
                 "outcome": r["outcome"],
-                "reason": (r.get("reason") or "").splitlines()[0][:300]
-                if r.get("reason")
-                else "",
+                "reason": (
+                    (r.get("reason") or "").splitlines()[0][:300]
+                    if r.get("reason")
+                    else ""
+                ),
                 "reason_class": reason_class(r.get("reason")),
             }
             for nodeid, r in bad.items()
@@ -729,11 +731,46 @@ def _probe_versions(work: Path, mode: str, shims) -> dict:
 # ------------------------------------------------------------------ results, docs
 
 
+def keep_other_prs(old: dict | None, new: dict) -> dict:
+    """A run of some PRs (``--pr``) keeps the base's records of the other PRs.
+
+    Those records keep what their own run was: each carried invocation and
+    ``tests/test_copy.py`` run gets ``run`` (its date and op commit) unless it has one.
+    The new run's records, and its run without any PR, replace the old ones.
+    """
+    if not old:
+        return new
+    kept = [pr for pr in old.get("prs", {}) if pr not in new.get("prs", {})]
+    if not kept:
+        return new
+    stamp = {"date": old["date"], "op_commit": old.get("op_commit")}
+
+    def carried(records):
+        return [dict(r, run=r.get("run", stamp)) for r in records if r["pr"] in kept]
+
+    kept_files = {f for pr in kept for f in old["prs"][pr]}
+    merged = dict(new)
+    merged["prs"] = {**{pr: old["prs"][pr] for pr in kept}, **new.get("prs", {})}
+    merged["pr_files"] = {
+        **{f: v for f, v in old.get("pr_files", {}).items() if f in kept_files},
+        **new.get("pr_files", {}),
+    }
+    merged["invocations"] = carried(old["invocations"]) + new["invocations"]
+    old_tc, new_tc = old.get("test_copy") or {}, new.get("test_copy") or {}
+    if old_tc or new_tc:
+        merged["test_copy"] = dict(
+            new_tc or old_tc,
+            with_pr=carried(old_tc.get("with_pr", [])) + new_tc.get("with_pr", []),
+            without_pr=new_tc.get("without_pr", old_tc.get("without_pr", [])),
+        )
+    return merged
+
+
 def write_results(path: Path, label: str, section: dict) -> dict:
     """Merge one base's section into ``path`` (other bases kept); atomic (temp + rename)."""
     data = json.loads(path.read_text()) if path.is_file() else {}
     bases = dict(data.get("bases", {}))
-    bases[label] = section
+    bases[label] = keep_other_prs(bases.get(label), section)
     data = {
         "mode": section["mode"],
         "machine": section["machine"],
@@ -782,6 +819,14 @@ def _rc(rc) -> str:
     return "not run" if rc is None else str(rc)
 
 
+def _pr_cell(record: dict) -> str:
+    """The PR's name, and the run a record was carried from (keep_other_prs)."""
+    run = record.get("run")
+    if not run:
+        return record["pr"]
+    return f"{record['pr']} (run {run['date']}, op `{(run['op_commit'] or '?')[:7]}`)"
+
+
 def _block_section(label: str, sec: dict) -> list[str]:
     v = sec.get("versions") or {}
     lines = [
@@ -796,6 +841,7 @@ def _block_section(label: str, sec: dict) -> list[str]:
     ]
     for inv in sec["invocations"]:
         runs = inv["pytest_runs"]
+        inv = dict(inv, pr=_pr_cell(inv))
         if not runs:
             what = (
                 inv.get("note")
@@ -832,7 +878,7 @@ def _block_section(label: str, sec: dict) -> list[str]:
             lines.append(f"| | | {inv['note']} | | | | | |")
     tc = sec.get("test_copy") or {}
     rows = [("without PR", r) for r in tc.get("without_pr", [])] + [
-        (f"with {r['pr']}", r) for r in tc.get("with_pr", [])
+        (f"with {_pr_cell(r)}", r) for r in tc.get("with_pr", [])
     ]
     if rows:
         lines += [

@@ -466,6 +466,77 @@ def test_results_merge_bases_atomically(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["upstream_ci_cpu.json"], "no temp file left"
 
 
+def _generic_only(label, commit):
+    sec = _section(label, commit)
+    sec["date"] = "later"
+    sec["prs"] = {"generic": ["src/flag_gems/ops/copy.py"]}
+    sec["pr_files"] = {"src/flag_gems/ops/copy.py": {"sha256": "g"}}
+    sec["invocations"] = [
+        {
+            "pr": "generic",
+            "file": "src/flag_gems/ops/copy.py",
+            "rc": 0,
+            "seconds": 0.0,
+            "pytest_runs": [],
+        }
+    ]
+    sec["test_copy"]["with_pr"] = [
+        dict(sec["test_copy"]["without_pr"][0], pr="generic", rc=0, failed=0)
+    ]
+    return sec
+
+
+def test_a_run_of_one_pr_keeps_the_other_prs_records_with_their_run(tmp_path):
+    path = tmp_path / "upstream_ci_cuda.json"
+    old = _section("main", "old1234")
+    old["prs"] = {"kunlunxin": [export.COPY_PY, "tests/test_copy_ops.py"]}
+    old["pr_files"] = {export.COPY_PY: {"sha256": "k"}, "tests/x.py": {"sha256": "x"}}
+    old["test_copy"]["with_pr"] = [
+        dict(old["test_copy"]["without_pr"][0], pr="kunlunxin", passed=9)
+    ]
+    upstream_ci.write_results(path, "main", old)
+    data = upstream_ci.write_results(path, "main", _generic_only("main", "new5678"))
+    sec = data["bases"]["main"]
+    assert list(sec["prs"]) == ["kunlunxin", "generic"]
+    assert sec["op_commit"] == "new5678" and sec["date"] == "later"
+    assert [(i["pr"], i.get("run")) for i in sec["invocations"]] == [
+        ("kunlunxin", {"date": "d", "op_commit": "old1234"}),
+        ("kunlunxin", {"date": "d", "op_commit": "old1234"}),
+        ("generic", None),
+    ]
+    assert sec["pr_files"] == {
+        export.COPY_PY: {"sha256": "k"},
+        "src/flag_gems/ops/copy.py": {"sha256": "g"},
+    }, "a kept PR's files stay, a dropped entry is not invented"
+    with_pr = sec["test_copy"]["with_pr"]
+    assert [(r["pr"], r["passed"], "run" in r) for r in with_pr] == [
+        ("kunlunxin", 9, True),
+        ("generic", 4, False),
+    ]
+    assert sec["test_copy"]["without_pr"][0].get("run") is None  # the new run's
+    # a second run of the same PR replaces its records; the carried stamp is kept
+    data = upstream_ci.write_results(path, "main", _generic_only("main", "newer"))
+    assert [
+        i.get("run", {}).get("op_commit") for i in data["bases"]["main"]["invocations"]
+    ] == [
+        "old1234",
+        "old1234",
+        None,
+    ]
+    block = upstream_ci.render_block(tmp_path)
+    assert "| kunlunxin (run d, op `old1234`) | `tests/test_copy_ops.py` |" in block
+    assert "| with kunlunxin (run d, op `old1234`) |" in block
+    assert "| with generic |" in block
+    # a run of every PR replaces the section whole
+    every = _section("main", "all")
+    every["prs"] = {
+        "kunlunxin": [export.COPY_PY],
+        "generic": ["src/flag_gems/ops/copy.py"],
+    }
+    full = upstream_ci.write_results(path, "main", every)
+    assert all("run" not in i for i in full["bases"]["main"]["invocations"])
+
+
 def test_docs_block_is_replaced_and_kept_by_upstream_check(tmp_path, monkeypatch):
     results = tmp_path / "results"
     results.mkdir()
