@@ -351,6 +351,9 @@ def run(args) -> int:
         if args.only:
             skip_outside(session, cfg, args.only)
         meta = {"runs": [], "only": args.only}
+        # written now, so that a run stopped before its end leaves this session's
+        # metadata, not the previous session's, for `report`
+        meta_path.write_text(json.dumps(meta, indent=2))
     tests = test_files(cfg)
     workers = []
     try:
@@ -404,6 +407,7 @@ def run(args) -> int:
                     )
             meta["baseline_s"] = round(time.time() - base, 1)
             print(f"baseline passed in {meta['baseline_s']} s", flush=True)
+            meta_path.write_text(json.dumps(meta, indent=2))
         # cosmic-ray takes pending mutants in job-id (random uuid) order, so a run
         # cut short by --budget-min has run a uniform random sample; --resume goes on.
         cmd = [str(cr), "exec", str(cr_config), str(session)]
