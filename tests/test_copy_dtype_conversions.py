@@ -135,8 +135,9 @@ def _bits(t):
 def _check_copy(host_src, dst_dtype, view=lambda t: t):
     # torch's copy on the host is the reference: a device without aten's strided
     # copy (KunlunXIN) cannot compute it there
-    ref = torch.empty(view(host_src).shape, dtype=dst_dtype)
-    ref.copy_(view(host_src))
+    host_view = view(host_src)
+    ref = torch.empty(host_view.shape, dtype=dst_dtype)
+    ref.copy_(host_view)
     src = view(host_src.to(flag_gems.device))
     res = torch.empty(src.shape, dtype=dst_dtype, device=flag_gems.device)
     with flag_gems.use_gems():
