@@ -18,6 +18,11 @@ Harness file (not part of the upstream PR). `python -m copyfix.mutation run`:
 
 `--rerun-survivors` re-executes only the survivors of the existing session (after
 tests were added: added tests cannot revive a killed mutant).
+
+`--part I,J/N` runs only the pending mutants whose bucket (a hash of the job id,
+mod N) is listed; the rest stay pending. Two machines can share one session that
+way: each runs its part of a copy, and `merge OTHER_SESSION_DIR` takes the other's
+results (for mutants still pending here) and its runs into this session.
 """
 
 import argparse
@@ -317,6 +322,77 @@ def reset_survivors(session: Path, mode: str) -> int:
     return len(ids)
 
 
+def in_part(job_id: str, part) -> bool:
+    buckets, n = part
+    return int(hashlib.sha256(job_id.encode()).hexdigest(), 16) % n in buckets
+
+
+def parse_part(text: str):
+    """'1,2/4' -> ({1, 2}, 4)."""
+    listed, n = text.split("/")
+    n, buckets = int(n), {int(b) for b in listed.split(",")}
+    if n < 1 or not buckets or not buckets <= set(range(n)):
+        raise argparse.ArgumentTypeError(f"--part {text}: buckets must lie in 0..N-1")
+    return buckets, n
+
+
+def defer_outside(session: Path, part) -> int:
+    """Park the pending mutants outside ``part`` as 'deferred' (until undefer())."""
+    con = sqlite3.connect(session)
+    with con:
+        pending = [
+            r[0]
+            for r in con.execute(
+                "SELECT job_id FROM work_items WHERE job_id NOT IN"
+                " (SELECT job_id FROM work_results)"
+            )
+        ]
+        parked = [(i,) for i in pending if not in_part(i, part)]
+        con.executemany(
+            "INSERT INTO work_results (job_id, worker_outcome, output)"
+            " VALUES (?, 'SKIPPED', 'deferred')",
+            parked,
+        )
+    con.close()
+    return len(parked)
+
+
+def merge(args) -> int:
+    """Take another copy's results for the mutants still pending here, and its runs."""
+    root, _, session = _session_paths(args.mode)
+    other = Path(args.other)
+    con = sqlite3.connect(session)
+    with con:
+        con.execute("ATTACH DATABASE ? AS other", (str(other / "session.sqlite"),))
+        same = con.execute(
+            "SELECT count(*) FROM other.work_items o JOIN work_items w USING (job_id)"
+        ).fetchone()[0]
+        total = con.execute("SELECT count(*) FROM work_items").fetchone()[0]
+        if same != total:
+            raise SystemExit(f"{other} is not a copy of this session ({same}/{total})")
+        # pending here, or parked here by --part while the other copy ran it
+        taken = con.execute(
+            "INSERT OR REPLACE INTO work_results"
+            " (worker_outcome, output, test_outcome, diff, job_id)"
+            " SELECT worker_outcome, output, test_outcome, diff, job_id"
+            " FROM other.work_results WHERE output IS NOT 'deferred' AND job_id NOT IN"
+            " (SELECT job_id FROM work_results WHERE output IS NOT 'deferred')"
+        ).rowcount
+    con.close()
+    meta_path = root / "run.json"
+    meta = json.loads(meta_path.read_text())
+    theirs = json.loads((other / "run.json").read_text())
+    for r in theirs["runs"]:
+        if {**r, "merged": True} not in meta["runs"]:
+            meta["runs"].append({**r, "merged": True})
+    meta.setdefault("baselines", {})[theirs["runs"][-1]["machine"]] = theirs.get(
+        "baseline_s"
+    )
+    meta_path.write_text(json.dumps(meta, indent=2))
+    print(f"merged {taken} results from {other}")
+    return 0
+
+
 def undefer(session: Path) -> None:
     con = sqlite3.connect(session)
     with con:
@@ -337,6 +413,7 @@ def run(args) -> int:
     if args.rerun_survivors or args.resume:
         if not session.exists():
             raise SystemExit(f"no session at {session}: run without --resume first")
+        undefer(session)  # what a run killed before its `finally` left parked
         if args.rerun_survivors:
             print(
                 f"re-running {reset_survivors(session, args.mode)} survivors",
@@ -408,8 +485,10 @@ def run(args) -> int:
             meta["baseline_s"] = round(time.time() - base, 1)
             print(f"baseline passed in {meta['baseline_s']} s", flush=True)
             meta_path.write_text(json.dumps(meta, indent=2))
-        # cosmic-ray takes pending mutants in job-id (random uuid) order, so a run
-        # cut short by --budget-min has run a uniform random sample; --resume goes on.
+        if args.part:
+            print(f"--part: {defer_outside(session, args.part)} deferred", flush=True)
+        # cosmic-ray takes pending mutants in random order, so a run cut short by
+        # --budget-min has run a uniform random sample; --resume goes on.
         cmd = [str(cr), "exec", str(cr_config), str(session)]
         print("+", " ".join(cmd), flush=True)
         proc = subprocess.Popen(cmd)
@@ -419,8 +498,10 @@ def run(args) -> int:
             print(f"budget of {args.budget_min} min spent: stopping (--resume goes on)")
             _stop(proc, grace_s=30)
     finally:
-        if args.rerun_survivors:
+        if args.rerun_survivors or args.part:
             undefer(session)
+        for proc, _ in workers:  # all at once: one grace for all, not one each
+            proc.terminate()
         for proc, log in workers:
             _stop(proc, grace_s=10)
             log.close()
@@ -432,11 +513,14 @@ def run(args) -> int:
             if args.resume
             else "new",
             "budget_min": args.budget_min,
+            "part": args.part_text,
             "scope": args.scope,
             "jobs": args.jobs,
             "wall_s": round(time.time() - started, 1),
             "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "machine": f"{platform.node()} ({os.cpu_count()} CPUs, {platform.machine()})",
+            "torch": _version("torch"),
+            "triton": _version("triton"),
         }
     )
     meta["scope"] = args.scope
@@ -554,6 +638,12 @@ def _decorator_lines(source: str) -> dict:
 def _line_of(entry) -> tuple:
     _, line, col = entry["location"].rsplit(":", 2)
     return int(line), int(col), entry["operator"]
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import version
+
+    return version(dist)
 
 
 def _cr_version() -> str:
@@ -679,12 +769,26 @@ def main(argv=None) -> int:
         metavar="NAME",
         help="mutate only inside these functions/assignments (a run of what changed)",
     )
+    p_run.add_argument(
+        "--part",
+        dest="part_text",
+        metavar="I,J/N",
+        help="run only the pending mutants in these hash buckets of N (see merge)",
+    )
     p_rep = sub.add_parser(
         "report", help="rewrite the JSON and docs from the last session"
     )
     p_rep.add_argument("--mode", default="cpu", choices=["cpu", "cuda", "native"])
+    p_merge = sub.add_parser(
+        "merge", help="take another copy's results (its --part) into this session"
+    )
+    p_merge.add_argument("other", help="the other copy's build/mutation/<mode> folder")
+    p_merge.add_argument("--mode", default="cpu", choices=["cpu", "cuda", "native"])
     args = parser.parse_args(argv)
-    return run(args) if args.command == "run" else report(args)
+    if args.command == "run":
+        args.part = parse_part(args.part_text) if args.part_text else None
+        return run(args)
+    return merge(args) if args.command == "merge" else report(args)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from unittest import mock
 import hypothesis
 import pytest
 import torch
+import triton
 
 import flag_gems
 from copyfix import tracking
@@ -765,6 +766,11 @@ def _overlap_cases():
     def shifted_back(x):
         return x[:-1], x[1:]
 
+    def empty_far_reaching_source(x):  # no bytes, so no overlap: the broadcast error
+        # (an empty view's data_ptr() is null, yet its strides may span past the
+        # storage: as_strided checks no storage for it)
+        return x.view(-1), x.as_strided((2**50, 0), (1, 1))
+
     def partial_and_bad_shape(x):  # torch reports the overlap first
         return x.view(-1)[:6], x.view(-1)[4:8]
 
@@ -778,6 +784,7 @@ def _overlap_cases():
         "element_in_wider_element": element_in_wider_element,
         "empty_source_inside": empty_source_inside,
         "shifted_back": shifted_back,
+        "empty_far_reaching_source": empty_far_reaching_source,
         "partial_and_bad_shape": partial_and_bad_shape,
     }
 
@@ -804,6 +811,20 @@ def test_copy_alias_empty_destination_inside_a_source_element():
     x = cpu.to(DEVICE, copy=True)
     with track_paths() as paths:
         gems_copy_(x.view(torch.int16)[1:1], x.view(torch.int32)[:1])
+    assert paths.launches == [] and paths.fallbacks == 0
+    assert_bit_exact(x, cpu, "empty destination")
+
+
+@pytest.mark.copy_
+def test_copy_alias_empty_far_reaching_destination():
+    # an empty view whose strides span 2**50 elements past its null data_ptr():
+    # no bytes, no overlap, nothing to do (torch's copy_ is a no-op too)
+    cpu = torch.arange(16.0)
+    x = cpu.to(DEVICE, copy=True)
+    far = x.as_strided((2**50, 0), (1, 1))
+    assert far.data_ptr() == 0 and torch._C._is_alias_of(far, x)
+    with track_paths() as paths:
+        gems_copy_(far, x[:1])
     assert paths.launches == [] and paths.fallbacks == 0
     assert_bit_exact(x, cpu, "empty destination")
 
@@ -1672,6 +1693,22 @@ def test_copy_splits_past_max_numel(monkeypatch, max_numel, launches):
         gems_copy_(dst, src.to(DEVICE).t())
     assert paths.fallbacks == 0 and paths.launches == launches
     assert_bit_exact(dst, src.t().to(torch.bfloat16), f"_MAX_NUMEL={max_numel}")
+
+
+def test_max_numel_is_the_most_one_1d_tile_launch_can_index():
+    # KunlunXIN's 1-D tile launcher (the scatter-slice config has no auto grid) runs
+    # 12 tiles of next_power_of_2(cdiv(numel, 12)) lanes with int32 offsets:
+    # _MAX_NUMEL is the largest numel whose last lane offset int32 still holds
+    mod = copy_module()
+    codegen = sys.modules[mod.pointwise_dynamic.__module__]
+    with open(codegen.__file__) as f:
+        assert "num_tiles = 12 # XPU BLOCK_NUM" in f.read()
+    assert mod.config_.prefer_1d_tile and not mod.config_.kunlunAutoGrid
+
+    def last_offset(numel):
+        return 12 * triton.next_power_of_2(triton.cdiv(numel, 12)) - 1
+
+    assert last_offset(mod._MAX_NUMEL) <= 2**31 - 1 < last_offset(mod._MAX_NUMEL + 1)
 
 
 @pytest.mark.copy_
