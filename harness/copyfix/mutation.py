@@ -16,8 +16,8 @@ Harness file (not part of the upstream PR). `python -m copyfix.mutation run`:
    in mutation/equivalent.toml, matched by a content id (function, operator,
    original line, mutated line) that survives line moves.
 
-`--rerun-survivors` re-executes only the survivors of the existing session (after
-tests were added: added tests cannot revive a killed mutant).
+`--rerun-survivors` re-executes only the survivors and errors of the existing
+session (after tests were added: added tests cannot revive a killed mutant).
 
 `--part I,J/N` runs only the pending mutants whose bucket (a hash of the job id,
 mod N) is listed; the rest stay pending. Two machines can share one session that
@@ -305,9 +305,11 @@ def skip_outside(session: Path, cfg: dict, names: list) -> None:
 
 
 def reset_survivors(session: Path, mode: str) -> int:
-    """Make the survivors pending again (not those listed as equivalent), and only
-    them: what else is pending is parked as 'deferred' until undefer()."""
-    ids = [s["job_id"] for s in collect(mode)["survivors"]]
+    """Make the survivors (not those listed as equivalent) and the errors pending
+    again, and only them: what else is pending is parked as 'deferred' until
+    undefer()."""
+    found = collect(mode)
+    ids = [m["job_id"] for m in found["survivors"] + found["errors"]]
     con = sqlite3.connect(session)
     with con:
         con.execute(
@@ -755,7 +757,9 @@ def main(argv=None) -> int:
     p_run.add_argument("--mode", default="cpu", choices=["cpu", "cuda", "native"])
     p_run.add_argument("--scope", default="quick", choices=["quick", "full"])
     p_run.add_argument(
-        "--rerun-survivors", action="store_true", help="reset the survivors, run them"
+        "--rerun-survivors",
+        action="store_true",
+        help="reset the survivors and errors, run them",
     )
     p_run.add_argument(
         "--resume", action="store_true", help="run what the session has pending"

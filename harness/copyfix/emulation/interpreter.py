@@ -227,8 +227,26 @@ def patch_triton_interpreter() -> None:
     # returns self), so this is a self-copy and emulator plumbing, not a copy on the
     # device.  Mark it, so that cpu_dispatch() hands it to torch instead of routing it
     # through the kunlunxin copy_ (where spies, launch counts and fault injection would
-    # see it).  The write-back itself is unchanged.
+    # see it).  Under flag_gems.use_gems() the same self-copy would reach the kunlunxin
+    # copy_ too, and a copy_ that failed to see it as a no-op (a mutant of its
+    # self-alias check) would launch a kernel inside the running launch and deadlock
+    # on LibEntry's lock: so while the write-back runs, a storage copied onto itself
+    # is left as it is, and any other write-back copies as before.
     stock_restore = interpreter.GridExecutor._restore_args_dev
+    stock_storage_copy = torch.UntypedStorage.copy_
+
+    def _storage_copy_(self, src, *args, **kwargs):
+        if (
+            getattr(_state, "staging", 0)
+            and isinstance(src, torch.UntypedStorage)
+            and self.device == src.device
+            and self.data_ptr() == src.data_ptr()
+            and self.nbytes() == src.nbytes()
+        ):
+            return self
+        return stock_storage_copy(self, src, *args, **kwargs)
+
+    torch.UntypedStorage.copy_ = _storage_copy_
 
     def _restore_args_dev(self, *args, **kwargs):
         _state.staging = getattr(_state, "staging", 0) + 1
