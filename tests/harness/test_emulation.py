@@ -627,3 +627,28 @@ def test_cpu_mode_in_a_child_that_inherits_triton_interpret():
         TRITON_INTERPRET="1",
         CUDA_VISIBLE_DEVICES="",  # cpu mode on a CUDA build of torch
     )
+
+
+def test_a_launch_finishes_when_copy_sees_no_self_alias(monkeypatch):
+    """cpu mode: after each launch the interpreter copies every argument's storage onto
+    itself.  That self-copy must not reach the kunlunxin copy_ under use_gems(): a copy_
+    that did not see it as a no-op would launch inside the running launch and deadlock
+    on LibEntry's lock.  Here nothing is an alias, so copy_'s self-alias no-op never
+    fires.  (cuda mode has no write-back: the copy simply runs.)"""
+    import threading
+
+    monkeypatch.setattr(torch._C, "_is_alias_of", lambda a, b: False)
+    src = torch.arange(12.0).view(3, 4)
+    dst = torch.zeros(4, 3, device=DEV)
+    done = []
+
+    def run():
+        with flag_gems.use_gems(include=["copy_"]):
+            dst.copy_(src.to(DEV).t())
+        done.append(True)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert done, "the copy did not finish: the write-back re-entered copy_"
+    assert torch.equal(dst.cpu(), src.t())
