@@ -618,6 +618,7 @@ def collect(mode: str) -> dict:
         "counts": counts,
         "excluded": excluded,
         "baseline_s": meta.get("baseline_s"),
+        "baselines": meta.get("baselines", {}),
         "runs": meta["runs"],
         "survivors": sorted(survivors, key=_line_of),
         "equivalent": sorted(equivalent, key=_line_of),
@@ -671,13 +672,28 @@ def render(data: dict) -> str:
         f"{c['survived']}, equivalent {c['equivalent']} (mutation/equivalent.toml), "
         f"errors {c['error']}, not run {c['excluded']} (excluded), pending {c['pending']}.",
         "",
-        "| run | scope | workers | wall time | finished | machine |",
-        "|---|---|---|---|---|---|",
+        "| run | part | scope | workers | wall time | finished | machine | torch, triton |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in data["runs"]:
+        kind = r["kind"] + (" (merged)" if r.get("merged") else "")
+        versions = f"{r['torch']}, {r['triton']}" if r.get("torch") else "n/a"
         out.append(
-            f"| {r['kind']} | {r['scope']} | {r['jobs']} | {r['wall_s']:.0f} s | {r['finished']} | {r['machine']} |"
+            f"| {kind} | {r.get('part') or 'all'} | {r['scope']} | {r['jobs']} "
+            f"| {r['wall_s']:.0f} s | {r['finished']} | {r['machine']} | {versions} |"
         )
+    notes = [r["note"] for r in data["runs"] if r.get("note")]
+    out += [""] + [f"Note: {n}." for n in notes] if notes else []
+    if data.get("baselines"):
+        out += [
+            "",
+            "Unmutated baseline: "
+            + "; ".join(
+                [f"{data['baseline_s']} s here"]
+                + [f"{s} s on {m}" for m, s in data["baselines"].items()]
+            )
+            + ".",
+        ]
     in_scope = sum(c[k] for k in ("killed", "timeout", "survived", "equivalent"))
     if c["pending"]:
         out += [
@@ -721,6 +737,9 @@ def render(data: dict) -> str:
         "make mutate JOBS=16                        # a 16-core machine",
         "make mutate JOBS=16 MUTATE_ARGS='--scope full'",
         "make mutate MUTATE_ARGS=--rerun-survivors  # after adding tests",
+        "# two machines, one session: each runs its hash buckets of a copy, then",
+        "make mutate MUTATE_ARGS='--resume --part 0/4'  # here; the device: harness/device_mutate.sh",
+        ".venv/bin/python -m copyfix.mutation merge <returned folder>",
         "```",
         "",
     ]
