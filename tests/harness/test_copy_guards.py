@@ -1907,3 +1907,23 @@ def test_copy_of_a_conjugate_view_into_itself_is_not_a_noop():
     z = torch.tensor([1 + 2j, -3 - 4j, 5j], dtype=torch.complex64, device=DEVICE)
     copy_module().copy_(z, z.conj())
     assert torch.equal(z.cpu(), host)
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("negated", ["dst", "src"])
+def test_copy_between_a_tensor_and_its_negated_view_is_not_a_noop(negated):
+    # same memory, offset, strides, size and dtype; only one side has the negation
+    # bit: not the self-alias no-op (torch negates the memory, signed zeros too)
+    def views(x):
+        neg = torch._neg_view(x)
+        return (neg, x) if negated == "dst" else (x, neg)
+
+    cpu = torch.tensor([[1.0, -2.0, 0.0], [3.5, -0.0, float("inf")]])
+    ref = cpu.clone()
+    ref_dst, ref_src = views(ref)
+    ref_dst.copy_(ref_src)
+    x = cpu.to(DEVICE, copy=True)
+    with track_paths() as paths:
+        gems_copy_(*views(x))
+    assert paths.fallbacks == 0
+    assert_bit_exact(x, ref, f"{negated} negated, same memory")
