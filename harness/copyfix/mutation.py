@@ -682,8 +682,12 @@ def render(data: dict) -> str:
             f"| {kind} | {r.get('part') or 'all'} | {r['scope']} | {r['jobs']} "
             f"| {r['wall_s']:.0f} s | {r['finished']} | {r['machine']} | {versions} |"
         )
-    notes = [r["note"] for r in data["runs"] if r.get("note")]
-    out += [""] + [f"Note: {n}." for n in notes] if notes else []
+    notes = [
+        f"- the {r['kind']} run finished {r['finished']}: {r['note']}."
+        for r in data["runs"]
+        if r.get("note")
+    ]
+    out += ["", "Notes:", ""] + notes if notes else []
     if data.get("baselines"):
         out += [
             "",
