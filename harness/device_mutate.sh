@@ -20,8 +20,10 @@ FLAGGEMS_BASE=/tmp/fgbase PYTHONPATH=harness python3 -c \
   "from pathlib import Path; from copyfix.compose import compose; compose(Path('.').resolve(), editable=True)" || exit 1
 mkdir -p build/mutation/cpu && cp .mutdev/session.sqlite .mutdev/run.json build/mutation/cpu/
 export CUDA_VISIBLE_DEVICES="" PYTHONPATH=harness PYTHONUNBUFFERED=1
-python3 -m copyfix.mutation run --mode cpu --jobs "$jobs" --resume --part "$part" \
-  --budget-min "$budget"
+# DEADLINE (s) ends the run in any case, so that the copies below still come back
+# (the session is consistent at any point; merge skips what was left parked)
+timeout -s INT "${DEADLINE:-540}" python3 -m copyfix.mutation run --mode cpu --jobs "$jobs" \
+  --resume --part "$part" --budget-min "$budget"
 echo "mutation rc=$?"
 cp build/mutation/cpu/session.sqlite build/mutation/cpu/run.json "$OUT/"
 tar -czf "$OUT/workers.tgz" build/mutation/cpu/w*/worker.log 2>/dev/null
