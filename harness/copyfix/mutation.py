@@ -310,18 +310,36 @@ def reset_survivors(session: Path, mode: str) -> int:
     undefer()."""
     found = collect(mode)
     ids = [m["job_id"] for m in found["survivors"] + found["errors"]]
+    _park_pending(session, lambda job_id: False)
     con = sqlite3.connect(session)
     with con:
-        con.execute(
-            "INSERT INTO work_results (job_id, worker_outcome, output) SELECT job_id,"
-            " 'SKIPPED', 'deferred' FROM work_items WHERE job_id NOT IN"
-            " (SELECT job_id FROM work_results)"
-        )
         con.executemany(
             "DELETE FROM work_results WHERE job_id = ?", [(i,) for i in ids]
         )
     con.close()
     return len(ids)
+
+
+def _park_pending(session: Path, keep) -> int:
+    """Park the pending mutants for which ``keep(job_id)`` is false as 'deferred'
+    (until undefer())."""
+    con = sqlite3.connect(session)
+    with con:
+        pending = [
+            r[0]
+            for r in con.execute(
+                "SELECT job_id FROM work_items WHERE job_id NOT IN"
+                " (SELECT job_id FROM work_results)"
+            )
+        ]
+        parked = [(i,) for i in pending if not keep(i)]
+        con.executemany(
+            "INSERT INTO work_results (job_id, worker_outcome, output)"
+            " VALUES (?, 'SKIPPED', 'deferred')",
+            parked,
+        )
+    con.close()
+    return len(parked)
 
 
 def in_part(job_id: str, part) -> bool:
@@ -340,23 +358,7 @@ def parse_part(text: str):
 
 def defer_outside(session: Path, part) -> int:
     """Park the pending mutants outside ``part`` as 'deferred' (until undefer())."""
-    con = sqlite3.connect(session)
-    with con:
-        pending = [
-            r[0]
-            for r in con.execute(
-                "SELECT job_id FROM work_items WHERE job_id NOT IN"
-                " (SELECT job_id FROM work_results)"
-            )
-        ]
-        parked = [(i,) for i in pending if not in_part(i, part)]
-        con.executemany(
-            "INSERT INTO work_results (job_id, worker_outcome, output)"
-            " VALUES (?, 'SKIPPED', 'deferred')",
-            parked,
-        )
-    con.close()
-    return len(parked)
+    return _park_pending(session, lambda job_id: in_part(job_id, part))
 
 
 def merge(args) -> int:
@@ -606,7 +608,7 @@ def collect(mode: str) -> dict:
     score = (counts["killed"] + counts["timeout"]) / tested if tested else None
     stale = sorted(set(equivalents) - {e["id"] for e in equivalent})
     return {
-        "tool": "cosmic-ray " + _cr_version(),
+        "tool": "cosmic-ray " + _version("cosmic-ray"),
         "mode": mode,
         "target": cfg["target"],
         "tests": cfg["tests"],
@@ -647,12 +649,6 @@ def _version(dist: str) -> str:
     from importlib.metadata import version
 
     return version(dist)
-
-
-def _cr_version() -> str:
-    from importlib.metadata import version
-
-    return version("cosmic-ray")
 
 
 def render(data: dict) -> str:

@@ -804,27 +804,26 @@ def test_copy_overlap_errors(kind):
 
 
 @pytest.mark.copy_
-def test_copy_alias_empty_destination_inside_a_source_element():
-    # an empty int16 view pointing into the int32 it aliases: no bytes, no overlap,
-    # nothing to do
+@pytest.mark.parametrize(
+    "views",
+    [
+        # an empty int16 view pointing into the int32 it aliases
+        lambda x: (x.view(torch.int16)[1:1], x.view(torch.int32)[:1]),
+        # an empty view whose strides span 2**50 elements (as_strided checks no
+        # storage for an empty view)
+        lambda x: (x.as_strided((2**50, 0), (1, 1)), x[:1]),
+    ],
+    ids=["inside_a_source_element", "far_reaching"],
+)
+def test_copy_alias_empty_destination(views):
+    # an empty view's data_ptr() is null: no bytes, no overlap, nothing to do (torch's
+    # copy_ is a no-op too)
     cpu = torch.arange(16.0)
     x = cpu.to(DEVICE, copy=True)
+    dst, src = views(x)
+    assert dst.data_ptr() == 0 and torch._C._is_alias_of(dst, src)
     with track_paths() as paths:
-        gems_copy_(x.view(torch.int16)[1:1], x.view(torch.int32)[:1])
-    assert paths.launches == [] and paths.fallbacks == 0
-    assert_bit_exact(x, cpu, "empty destination")
-
-
-@pytest.mark.copy_
-def test_copy_alias_empty_far_reaching_destination():
-    # an empty view whose strides span 2**50 elements past its null data_ptr():
-    # no bytes, no overlap, nothing to do (torch's copy_ is a no-op too)
-    cpu = torch.arange(16.0)
-    x = cpu.to(DEVICE, copy=True)
-    far = x.as_strided((2**50, 0), (1, 1))
-    assert far.data_ptr() == 0 and torch._C._is_alias_of(far, x)
-    with track_paths() as paths:
-        gems_copy_(far, x[:1])
+        gems_copy_(dst, src)
     assert paths.launches == [] and paths.fallbacks == 0
     assert_bit_exact(x, cpu, "empty destination")
 

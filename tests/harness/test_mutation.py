@@ -1,5 +1,8 @@
 """`make mutate` helpers: exclusion spans, mutant ids, test order (no mutants run)."""
 
+import json
+import sqlite3
+
 import pytest
 
 from copyfix import mutation
@@ -61,8 +64,6 @@ def test_config_names_existing_tests_in_a_valid_order():
 
 
 def _session(path, ids, results=()):
-    import sqlite3
-
     con = sqlite3.connect(path)
     with con:
         con.execute("CREATE TABLE work_items (job_id VARCHAR PRIMARY KEY)")
@@ -80,8 +81,6 @@ def _session(path, ids, results=()):
 
 
 def _results(path):
-    import sqlite3
-
     con = sqlite3.connect(path)
     rows = dict(
         (r[0], r[1:])
@@ -121,8 +120,6 @@ def test_defer_outside_parks_the_rest_until_undefer(tmp_path):
 
 
 def test_merge_takes_the_other_copys_results_and_runs_once(tmp_path, monkeypatch):
-    import json
-
     ids = ["a", "b", "c", "d"]
     here, there = tmp_path / "here", tmp_path / "there"
     here.mkdir(), there.mkdir()

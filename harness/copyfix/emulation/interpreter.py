@@ -225,13 +225,12 @@ def patch_triton_interpreter() -> None:
     # launch the interpreter writes its host copies back with `storage.copy_(host)`.
     # For CPU tensors the host copy *is* the tensor's storage (UntypedStorage.cpu()
     # returns self), so this is a self-copy and emulator plumbing, not a copy on the
-    # device.  Mark it, so that cpu_dispatch() hands it to torch instead of routing it
-    # through the kunlunxin copy_ (where spies, launch counts and fault injection would
-    # see it).  Under flag_gems.use_gems() the same self-copy would reach the kunlunxin
-    # copy_ too, and a copy_ that failed to see it as a no-op (a mutant of its
-    # self-alias check) would launch a kernel inside the running launch and deadlock
-    # on LibEntry's lock: so while the write-back runs, a storage copied onto itself
-    # is left as it is, and any other write-back copies as before.
+    # device.  While the write-back runs, a storage copied onto itself is left as it is
+    # (any other write-back copies as before), so that it reaches no copy_ kernel:
+    # neither the kunlunxin copy_ under cpu_dispatch() or flag_gems.use_gems(), where
+    # spies, launch counts and fault injection would see it, nor a copy_ that failed to
+    # see it as a no-op (a mutant of its self-alias check), which would launch a kernel
+    # inside the running launch and deadlock on LibEntry's lock.
     stock_restore = interpreter.GridExecutor._restore_args_dev
     stock_storage_copy = torch.UntypedStorage.copy_
 
@@ -561,8 +560,6 @@ def cpu_dispatch(module: types.ModuleType | None = None) -> Iterator[None]:
     native = torch._C._dispatch_find_schema_or_throw("aten::copy_", "")
 
     def copy_(dst, src, non_blocking=False):
-        if getattr(_state, "staging", 0):  # the interpreter's write-back (see above)
-            return native.redispatch_boxed(native_keyset, dst, src, non_blocking)
         if not isinstance(src, torch.Tensor):  # a CPU-internal wrapped number
             return native.redispatch_boxed(
                 native_keyset, dst, _wrapped_number_tensor(src), non_blocking
