@@ -5,12 +5,15 @@ Harness file (not part of the upstream PR). Called by hatch_build.py for
 
 1. find the base: $FLAGGEMS_BASE (a FlagGems checkout, or a directory holding
    flag_gems/) or else the flag-gems==5.0.2 that [build-system] installed;
-2. check that every base file an overlay file replaces is a known pre-image
+2. check that every base file an overlay file replaces, or an overlay patch
+   (``<file>.patch``, a unified diff: the few call-site lines PR 3 adds to
+   upstream's pointwise_dynamic.py) edits, is a known pre-image
    ([tool.copyfix.preimages] in pyproject.toml), and stop naming the file and
    both hashes if not;
 3. copy the base into a temporary folder, lay the overlay over it (symlinks for
    editable installs, so edits are live; copies for wheels), keep the replaced
-   pre-images under flag_gems/_overlay_preimages/, write
+   pre-images under flag_gems/_overlay_preimages/ (patched files are written
+   out, never symlinked: edit a patch, then compose again), write
    flag_gems/_overlay_info.py, then swap the folder into build/composed. A
    failure removes the temporary folder: nothing half-composed is left behind.
 """
@@ -30,6 +33,39 @@ COMPOSED = Path("build") / "composed"
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def apply_patch(text: str, patch: str, name: str) -> str:
+    """``text`` with the unified diff ``patch`` applied, hunk after hunk: each
+    hunk's old lines (context and removals) must follow the previous hunk, wherever
+    the base's line numbers put them (the pre-image's sha256 is checked first)."""
+    hunks, hunk = [], None
+    for line in patch.splitlines(keepends=True):
+        if line.startswith("@@"):
+            hunk = ([], [])
+            hunks.append(hunk)
+        elif hunk is not None and line[:1] in (" ", "-", "+"):
+            if line[:1] != "+":
+                hunk[0].append(line[1:])
+            if line[:1] != "-":
+                hunk[1].append(line[1:])
+    if not hunks:
+        raise RuntimeError(f"{name}: no hunks")
+    lines, cursor = text.splitlines(keepends=True), 0
+    for number, (old, new) in enumerate(hunks, 1):
+        at = next(
+            (
+                i
+                for i in range(cursor, len(lines) - len(old) + 1)
+                if lines[i : i + len(old)] == old
+            ),
+            None,
+        )
+        if at is None:
+            raise RuntimeError(f"{name}: hunk {number} does not apply to the base")
+        lines[at : at + len(old)] = new
+        cursor = at + len(new)
+    return "".join(lines)
 
 
 def find_base() -> tuple[Path, str]:
@@ -65,14 +101,14 @@ def compose(project: Path, editable: bool) -> Path:
         "copyfix"
     ]["preimages"]
     base, origin = find_base()
-    overlay = sorted(
-        p
-        for p in (project / OVERLAY_ROOT / "flag_gems").rglob("*.py")
-        if "__pycache__" not in p.parts
-    )
+    root = project / OVERLAY_ROOT / "flag_gems"
+    overlay = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+    patches = sorted(root.rglob("*.py.patch"))
     replaced = []
-    for src in overlay:
-        rel = src.relative_to(project / OVERLAY_ROOT / "flag_gems")
+    for src in overlay + patches:
+        rel = src.relative_to(root)
+        if src.suffix == ".patch":
+            rel = rel.with_suffix("")
         key = str(OVERLAY_ROOT / "flag_gems" / rel)
         target = base / rel
         if target.exists():
@@ -112,9 +148,15 @@ def compose(project: Path, editable: bool) -> Path:
                 dst.symlink_to(src)
             else:
                 shutil.copy2(src, dst)
+        for patch in patches:
+            rel = patch.relative_to(root).with_suffix("")
+            (pkg / rel).write_text(
+                apply_patch((base / rel).read_text(), patch.read_text(), str(patch))
+            )
         info = {
             "BASE_ORIGIN": origin,
             "OVERLAY_FILES": [str(p.relative_to(project)) for p in overlay],
+            "PATCHES": [str(p.relative_to(project)) for p in patches],
             "REPLACED": [str(r) for r in replaced],
             "EDITABLE": editable,
             "OVERLAY_REPO": str(project) if editable else None,

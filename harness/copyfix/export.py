@@ -22,6 +22,8 @@ from pathlib import Path
 import tomllib
 import yaml
 
+from copyfix.compose import apply_patch
+
 REPO = Path(__file__).resolve().parents[2]
 COPY_PY = "src/flag_gems/runtime/backend/_kunlunxin/ops/copy.py"
 # PR 1 (KunlunXIN strided copy_): what goes upstream, at the same paths in a FlagGems checkout.
@@ -33,11 +35,17 @@ PR_FILES = [
 
 
 class PR:
-    """One upstream PR: its files, the file whose pre-image it needs, branch, message."""
+    """One upstream PR: its files, the file whose pre-image it needs, branch, message,
+    and the upstream files it edits through a patch kept beside their tree path."""
 
-    def __init__(self, name, files, preimage_path, branch, message):
+    def __init__(self, name, files, preimage_path, branch, message, patched=()):
         self.name, self.files, self.preimage_path = name, list(files), preimage_path
         self.branch, self.message = branch, message
+        self.patched = list(patched)
+
+    @property
+    def changed(self) -> list[str]:
+        return self.files + self.patched
 
 
 # `git apply`-able diffs of the op, one per base it was written against (the seed's
@@ -88,6 +96,18 @@ def _prs() -> dict:
         pr_generic.BRANCH,
         pr_generic.COMMIT_MESSAGE,
     )
+    try:  # PR 3, pointwise_dynamic's launch cache (independent of PRs 1 and 2)
+        from copyfix import pr_launch_cache as lc
+    except ImportError:
+        return prs
+    prs["launch-cache"] = PR(
+        "launch-cache",
+        lc.FILES,
+        lc.PATCHED[0],
+        lc.BRANCH,
+        lc.COMMIT_MESSAGE,
+        patched=lc.PATCHED,
+    )
     return prs
 
 
@@ -102,16 +122,18 @@ def preimages(path: str = COPY_PY) -> list[str]:
 
 
 def check_preimage(tree: Path, pr: "PR") -> None:
-    """Exit with a one-line reason unless `tree` holds a known pre-image of pr's op file."""
-    target = tree / pr.preimage_path
-    if not target.is_file():
-        raise SystemExit(f"{tree} is not a FlagGems checkout (no {pr.preimage_path})")
-    found = hashlib.sha256(target.read_bytes()).hexdigest()
-    if found not in preimages(pr.preimage_path):
-        raise SystemExit(
-            f"refusing {pr.name} PR: {target} has sha256 {found}, not a known pre-image "
-            f"({', '.join(preimages(pr.preimage_path))}); rebase the overlay on that checkout first"
-        )
+    """Exit with a one-line reason unless `tree` holds a known pre-image of pr's op
+    file and of every file the PR patches."""
+    for path in dict.fromkeys([pr.preimage_path, *pr.patched]):
+        target = tree / path
+        if not target.is_file():
+            raise SystemExit(f"{tree} is not a FlagGems checkout (no {path})")
+        found = hashlib.sha256(target.read_bytes()).hexdigest()
+        if found not in preimages(path):
+            raise SystemExit(
+                f"refusing {pr.name} PR: {target} has sha256 {found}, not a known pre-image "
+                f"({', '.join(preimages(path))}); rebase the overlay on that checkout first"
+            )
 
 
 def apply_pr(tree: Path, name: str) -> list[str]:
@@ -122,7 +144,13 @@ def apply_pr(tree: Path, name: str) -> list[str]:
         dst = tree / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / rel, dst)
-    return pr.files
+    for rel in pr.patched:
+        patch = REPO / f"{rel}.patch"
+        target = tree / rel
+        target.write_text(
+            apply_patch(target.read_text(), patch.read_text(), str(patch))
+        )
+    return pr.changed
 
 
 def base_copy_text() -> str:
@@ -204,8 +232,8 @@ def export_pr(checkout: Path, names=None) -> dict[str, str]:
         pr = PRS[name]
         _git(checkout, "switch", "-q", "-c", pr.branch, start)
         apply_pr(checkout, name)
-        upstream_lint(checkout, pr.files)
-        _git(checkout, "add", *pr.files)
+        upstream_lint(checkout, pr.changed)
+        _git(checkout, "add", *pr.changed)
         _git(checkout, "commit", "-q", "-m", pr.message)
         shas[name] = _git(checkout, "rev-parse", "HEAD").strip()
     write_patch()
@@ -220,6 +248,9 @@ def main(argv=None) -> int:
     pr = sub.add_parser("pr")
     pr.add_argument("checkout", type=Path)
     pr.add_argument("--only", nargs="+", choices=sorted(PRS), default=None)
+    one = sub.add_parser("apply-pr", help="write one PR's changes into a tree (no git)")
+    one.add_argument("name", choices=sorted(PRS))
+    one.add_argument("tree", type=Path)
     args = parser.parse_args(argv)
     if args.cmd == "patch":
         print(f"wrote {write_patch()}")
@@ -228,6 +259,8 @@ def main(argv=None) -> int:
             print("copy.patch is stale: run `make patch`", file=sys.stderr)
             return 1
         print("copy.patch is in sync")
+    elif args.cmd == "apply-pr":
+        print("\n".join(apply_pr(args.tree, args.name)))
     else:
         for name, sha in export_pr(args.checkout, args.only).items():
             print(f"{name}: committed {sha[:12]} on branch {PRS[name].branch}")

@@ -112,12 +112,18 @@ def _short_sha256(path: Path) -> str | None:
 
 def flag_gems_base(package: Path | None = None) -> str | None:
     """The key of FLAGGEMS_BASES whose files ``package`` (default: the flag_gems to be
-    imported) holds, or None."""
+    imported) holds, or None.  A file the overlay patched (PR 3's pointwise_dynamic
+    call sites) is recognised by the pre-image the composition kept beside it."""
     package = package or flag_gems_dir()
     if package is None:
         return None
+
+    def held(rel):
+        kept = package / "_overlay_preimages" / rel
+        return _short_sha256(kept if kept.is_file() else package / rel)
+
     for name, files in FLAGGEMS_BASES.items():
-        if all(_short_sha256(package / rel) == sha for rel, sha in files.items()):
+        if all(held(rel) == sha for rel, sha in files.items()):
             return name
     return None
 

@@ -23,37 +23,62 @@ from .kunlunxin import KUNLUNXIN_COPY_MODULE, _check_copy_module, copy_module
 from .shims import strip_xpu_launch_options
 
 _state = threading.local()  # .staging > 0 while the interpreter writes results back
+# Triton's interpreter patches triton.language module-wide while it runs a grid
+# (runtime/interpreter.py GridExecutor, _patch_lang): two grids run from two threads
+# would tread on each other.  A device runs one stream's kernels in order anyway;
+# the emulated device runs one grid at a time (host code around it stays concurrent).
+_GRID_LOCK = threading.RLock()
 
 
 # --- triton 3.6.0 runtime/jit.py JITFunction.run returns the CompiledKernel it
 # launched; flag_gems' LibEntry (5.0.2 and main) caches it and launches it later as
 # `kernel[grid](*args)`, with every kernel parameter in signature order, constexprs
 # included (compiler/compiler.py CompiledKernel.__getitem__ and the 3.6 launcher).
-# The interpreter compiles nothing and returns None.  InterpretedKernel stands in for
-# the CompiledKernel: the same launch protocol (launch hooks included), run on the
-# interpreter, and as strict about the argument count as the compiled launcher.
+# PR 3's launch cache (flag_gems/utils/launch_cache.py) gets it from
+# `JITFunction.warmup` and launches it itself through the launcher's ABI:
+# `kernel.run(gx, gy, gz, stream, kernel.function, kernel.packed_metadata,
+# launch_metadata, enter_hook, exit_hook, *args)` (compiler.py CompiledKernel.run,
+# .launch_metadata).  The interpreter compiles nothing and returns None.
+# InterpretedKernel stands in for the CompiledKernel: the same launch protocol (launch
+# hooks included), run on the interpreter, and as strict as the compiled launcher
+# about the argument count and about launching the function it is handed.
 class InterpretedKernel:
+    packed_metadata = ("copyfix-interpreted",)
+
     def __init__(self, jit_fn):
         self.jit_fn = jit_fn
+        self.function = jit_fn  # what the launcher launches: checked at each launch
+
+    def launch_metadata(self, grid, stream, *args):
+        return {"name": self.jit_fn.__name__, "stream": stream}
+
+    def run(
+        self, gx, gy, gz, stream, function, packed_metadata, meta, enter, leave, *args
+    ):
+        params = self.jit_fn.params
+        if len(args) != len(params):
+            raise TypeError(
+                f"{self.jit_fn!r} launched with {len(args)} arguments; the compiled "
+                f"kernel takes {len(params)} (every parameter, constexprs included)"
+            )
+        if function is not self.function or packed_metadata is not self.packed_metadata:
+            raise TypeError(f"{self.jit_fn!r} launched with another kernel's handles")
+        if enter is not None:
+            enter(meta)
+        with _GRID_LOCK:
+            function.interpreted.run(*args, grid=(gx, gy, gz), warmup=False)
+        if leave is not None:
+            leave(meta)
 
     def __getitem__(self, grid):
         from triton import knobs
 
-        params = self.jit_fn.params
-
         def runner(*args):
-            if len(args) != len(params):
-                raise TypeError(
-                    f"{self.jit_fn!r} launched with {len(args)} arguments; the compiled "
-                    f"kernel takes {len(params)} (every parameter, constexprs included)"
-                )
-            # the compiled launcher takes grid[0], grid[1], grid[2], and calls the
-            # profiler's launch hooks around a launch
-            grid3 = (grid[0], grid[1], grid[2])
-            metadata = {"name": self.jit_fn.__name__, "stream": None}
-            knobs.runtime.launch_enter_hook(metadata)
-            self.jit_fn.interpreted.run(*args, grid=grid3, warmup=False)
-            knobs.runtime.launch_exit_hook(metadata)
+            runtime = knobs.runtime
+            meta = self.launch_metadata(grid, None, *args)
+            self.run(grid[0], grid[1], grid[2], None, self.function,
+                     self.packed_metadata, meta, runtime.launch_enter_hook,
+                     runtime.launch_exit_hook, *args)  # fmt: skip
 
         return runner
 
@@ -117,7 +142,8 @@ def patch_triton_interpreter() -> None:
 
         def run(self, *args, grid, warmup, **kwargs):
             kwargs = strip_xpu_launch_options(self, kwargs)
-            self.interpreted.run(*args, grid=grid, warmup=warmup, **kwargs)
+            with _GRID_LOCK:
+                self.interpreted.run(*args, grid=grid, warmup=warmup, **kwargs)
             return InterpretedKernel(self)
 
         def __call__(self, *args, **kwargs):  # device-function call inside a kernel
@@ -408,6 +434,20 @@ def patch_torch_cpu() -> None:
 
     torch.cuda._DeviceGuard = _DeviceGuard
 
+    # --- torch 2.13.0 (2.11.x) torch/cuda/__init__.py device: the generic
+    # pointwise_dynamic's wrappers (flag_gems 5.0.2 and main utils/pointwise_dynamic.py)
+    # enter `torch_device_fn.device(in0.device.index)`; PR 3's harness tests run them
+    # in cpu mode too.  The same mapping as above: None (a CPU tensor) -> -1.
+    stock_device = torch.cuda.device
+
+    class device(stock_device):
+        _copyfix_patched = True
+
+        def __init__(self, index):
+            super().__init__(-1 if index is None else index)
+
+    torch.cuda.device = device
+
     # --- torch 2.13.0 (2.11.x) torch/cuda/__init__.py current_device(): flag_gems'
     # LibEntry (5.0.2 and main) keys its kernel cache on torch_device_fn.current_device()
     # (torch.cuda for kunlunxin), and the kunlunxin copy_ launches its cached kernels only
@@ -418,8 +458,7 @@ def patch_torch_cpu() -> None:
 
 def patch_flag_gems_cpu(base: str) -> None:
     """The flag_gems patches of cpu mode, for ``base`` (a key of FLAGGEMS_BASES)."""
-    if base == "main-2026-08-21":
-        _provide_interpreter_driver()
+    _provide_interpreter_driver()
     # flag_gems.utils.libentry imports flag_gems itself, so the LibEntry patch can only be
     # applied after `import flag_gems`: do that import here, with the environment and
     # the Triton/torch patches above already in place.  No kernel runs during the import.
@@ -431,16 +470,27 @@ def patch_flag_gems_cpu(base: str) -> None:
 
 
 def _provide_interpreter_driver() -> None:
-    # --- FlagGems main 2026-08-21 utils/libentry.py LibTuner.__init__ resolves a
-    # benchmarker at import time (flagtune/runtime/_benchmark_protocol.py
-    # resolve_benchmarker reads triton.runtime.driver.active and calls its
-    # get_benchmarker()).  triton 3.6.0 runtime/driver.py: under the interpreter on a CPU
-    # box no backend driver is active ("0 active drivers").  Set a stand-in driver through
-    # the public DriverConfig.set_active: it has a benchmarker that raises when called
-    # (nothing can be autotuned on the interpreter) and nothing else.
+    # --- triton 3.6.0 runtime/driver.py: under the interpreter on a CPU box no backend
+    # driver is active ("0 active drivers").  Two readers need one:
+    # - FlagGems main 2026-08-21 utils/libentry.py LibTuner.__init__ resolves a
+    #   benchmarker at import time (flagtune/runtime/_benchmark_protocol.py
+    #   resolve_benchmarker calls driver.active.get_benchmarker());
+    # - PR 3's launch cache reads the current device and stream at every launch, as
+    #   compiled Triton's launch does (driver.active.get_current_device(),
+    #   .get_current_stream(device)).
+    # Set a stand-in through the public DriverConfig.set_active: the emulated device is
+    # the CPU, index -1 as torch reports it (patch_torch_cpu), stream 0 (the CPU has
+    # one); its benchmarker raises when called (nothing can be autotuned on the
+    # interpreter).
     from triton.runtime.driver import driver
 
     class InterpreterDriver:
+        def get_current_device(self):
+            return -1
+
+        def get_current_stream(self, device=None):
+            return 0
+
         def get_benchmarker(self):
             def benchmarker(*args, **kwargs):
                 raise RuntimeError(

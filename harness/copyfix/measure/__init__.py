@@ -1,0 +1,7 @@
+"""Measurements of PR 3 (the launch cache), one concern per module.
+
+:mod:`.base_twins`   the same op on the base's own ``pointwise_dynamic`` (without PR 3),
+                     in the same process: what "before" means
+:mod:`.launch_cost`  host µs per call, eager / before / after and the launch floor:
+                     ``results/launch_cache_h200.json``
+"""

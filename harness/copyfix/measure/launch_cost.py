@@ -1,0 +1,280 @@
+"""Host cost per call of FlagGems pointwise ops, before and after PR 3's launch cache.
+
+    python -m copyfix.measure.launch_cost nvidia --out results/launch_cache_h200.json
+    python -m copyfix.measure.launch_cost kunlunxin-emulated --out results/launch_cache_h200.json
+
+``nvidia``: FlagGems' own NVIDIA backend (GEMS_VENDOR=nvidia, no emulation), 64x64 fp32,
+under ``flag_gems.use_gems()``: sigmoid, relu, abs, add, mul by a scalar, where,
+fp32 ``.to(torch.bfloat16)``, ``copy_`` contiguous and transposed; and the floor: a
+Python op registered with ``torch.library`` on the CUDA key that allocates its output
+and launches an already compiled Triton sigmoid (``CompiledKernel.run``).
+``kunlunxin-emulated``: the KunlunXIN ``copy_`` (PR 1) in the cuda emulation, under
+``use_gems(include=["copy_"])``, against aten's copy.
+
+Columns, in one process and one run, measured in alternating rounds (each round every
+column once, in a rotating order; ``copyfix.bench.Timer``): eager (torch without
+FlagGems), before (the base's own pointwise_dynamic, no PR 3: :mod:`.base_twins`),
+after (this composition, cache on), and "cache off" (this composition with the
+switch off: what the first call of a signature costs, minus the recording).
+Each op's result is compared bit for bit with eager, before and after.
+The JSON is merged by (name, backend), so the two backends can run as two processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+SIDE = 64
+
+
+def _op_commit() -> str | None:
+    paths = [
+        "src/flag_gems/utils/launch_cache.py",
+        "src/flag_gems/utils/pointwise_dynamic.py.patch",
+        "src/flag_gems/runtime/backend/_kunlunxin/utils/pointwise_dynamic.py.patch",
+    ]
+    if os.environ.get("COPYFIX_OP_COMMIT"):
+        return os.environ["COPYFIX_OP_COMMIT"]
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO), "log", "-1", "--format=%H", "--", *paths],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return out.stdout.strip() or None
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _nvidia_cases(torch, device):
+    g = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(SIDE, SIDE, device=device, generator=g)
+    y = torch.randn(SIDE, SIDE, device=device, generator=g)
+    cond = x > 0
+    dst = torch.empty(SIDE, SIDE, device=device)
+    xt = torch.randn(SIDE, SIDE, device=device, generator=g).t()
+    return {
+        "sigmoid": lambda: torch.sigmoid(x),
+        "relu": lambda: torch.relu(x),
+        "abs": lambda: torch.abs(x),
+        "add": lambda: torch.add(x, y),
+        "mul_scalar": lambda: torch.mul(x, 2.5),
+        "where": lambda: torch.where(cond, x, y),
+        "to_bf16": lambda: x.to(torch.bfloat16),
+        "copy_contiguous": lambda: dst.copy_(x),
+        "copy_transposed": lambda: dst.copy_(xt),
+    }
+
+
+def _kunlunxin_cases(torch, device):
+    g = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(SIDE, SIDE, device=device, generator=g)
+    mask = torch.randn(1, 1, SIDE, SIDE, device=device, generator=g)
+    dst = torch.empty(SIDE, SIDE, device=device)
+    dst4 = torch.empty(2, 4, SIDE, SIDE, device=device)
+    wide = torch.randn(SIDE, 2 * SIDE, device=device, generator=g)
+    return {
+        "copy_contiguous": lambda: dst.copy_(x),
+        "copy_transposed": lambda: dst.copy_(x.t()),
+        "copy_expanded_sdpa_mask": lambda: dst4.copy_(mask.expand(2, 4, SIDE, SIDE)),
+        "copy_step_slice": lambda: dst.copy_(wide[:, ::2]),
+    }
+
+
+def _floor(torch, timer, device):
+    """The floor: torch.library op on the CUDA key, output allocated, compiled
+    Triton sigmoid launched directly (no FlagGems)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _sigmoid(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        v = tl.load(x_ptr + offs, mask=m).to(tl.float32)
+        tl.store(out_ptr + offs, 1.0 / (1.0 + tl.exp(-v)), mask=m)
+
+    x = torch.randn(SIDE, SIDE, device=device)
+    n, block = x.numel(), 1024
+    grid = (triton.cdiv(n, block), 1, 1)
+    k = _sigmoid.warmup(x, x, n, block, grid=grid)
+    k._init_handles()
+    driver = triton.runtime.driver.active
+
+    lib = torch.library.Library("copyfix_floor", "DEF")
+    lib.define("sigmoid(Tensor x) -> Tensor")
+
+    def impl(t):
+        out = torch.empty_like(t)
+        dev = driver.get_current_device()
+        k.run(*grid, driver.get_current_stream(dev), k.function, k.packed_metadata,
+              None, None, None, t, out, t.numel(), block)  # fmt: skip
+        return out
+
+    lib.impl("sigmoid", impl, "CUDA")
+    op = torch.ops.copyfix_floor.sigmoid
+    assert torch.equal(op(x), torch.sigmoid(x)) or torch.allclose(
+        op(x), torch.sigmoid(x)
+    )
+    null = contextlib.nullcontext
+    row = timer.host_us_interleaved(
+        {"eager": (null, lambda: torch.sigmoid(x)), "floor": (null, lambda: op(x))}
+    )
+    return {"name": "floor", "backend": "nvidia", "eager_us": row["eager"],
+            "before_us": row["floor"], "after_us": row["floor"]}  # fmt: skip
+
+
+def measure(backend: str, calls: int, rounds: int):
+    if backend == "nvidia":
+        os.environ["GEMS_VENDOR"] = "nvidia"
+        mode = "native nvidia"
+    else:
+        from copyfix import emulation
+
+        mode = emulation.activate()
+    import torch
+    import triton
+
+    import flag_gems
+    from copyfix.bench import Timer
+    from copyfix.measure.base_twins import GENERIC, KUNLUNXIN, base_twins, swapped
+    from flag_gems.utils import launch_cache
+
+    on_device = torch.cuda.is_available()
+    device = flag_gems.device if backend != "nvidia" else "cuda"
+    timer = Timer(torch, on_device)
+    if backend == "nvidia":
+        cases, gems = _nvidia_cases(torch, device), flag_gems.use_gems
+    else:
+        cases = _kunlunxin_cases(torch, device)
+        gems = lambda: flag_gems.use_gems(include=["copy_"])  # noqa: E731
+    with gems():
+        for fn in cases.values():  # import every op module before the twins are made
+            fn()
+    twins = base_twins(GENERIC if backend == "nvidia" else KUNLUNXIN)
+
+    @contextlib.contextmanager
+    def before():
+        with gems(), swapped(twins):
+            yield
+
+    @contextlib.contextmanager
+    def off():
+        launch_cache.set_enabled(False)
+        try:
+            with gems():
+                yield
+        finally:
+            launch_cache.set_enabled(True)
+
+    records = []
+    for name, fn in cases.items():
+        ref = fn().clone()
+        results = {}
+        for label, ctx in (("after", gems), ("before", before), ("off", off)):
+            with ctx():
+                results[label] = fn().clone()
+        exact = {k: bool(torch.equal(v, ref) and v.stride() == ref.stride())
+                 for k, v in results.items()}  # fmt: skip
+        row = timer.host_us_interleaved(
+            {"eager": (contextlib.nullcontext, fn), "before": (before, fn),
+             "after": (gems, fn), "cache_off": (off, fn)},
+            rounds=rounds, calls=calls,
+        )  # fmt: skip
+        records.append({"name": name, "backend": backend,
+                        "eager_us": row["eager"], "before_us": row["before"],
+                        "after_us": row["after"], "cache_off_us": row["cache_off"],
+                        "bit_exact_vs_eager": exact})  # fmt: skip
+        print(f"{backend:20s} {name:26s} eager {row['eager']:7.1f}  before "
+              f"{row['before']:7.1f}  after {row['after']:7.1f}  off {row['cache_off']:7.1f}"
+              f"  exact {exact}", flush=True)  # fmt: skip
+    used = sum(1 for t in {id(t): t for t in twins.values()}.values() if t.overloads)
+    if backend == "nvidia" and on_device:
+        records.append(_floor(torch, timer, device))
+        print(f"floor {records[-1]}", flush=True)
+    machine = (
+        torch.cuda.get_device_name() if on_device else platform.processor() or "cpu"
+    )
+    return records, {
+        "machine": f"{machine}, {os.cpu_count()} CPU cores",
+        "mode": mode,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "flag_gems_base": _base_label(),
+        "twins_used": used,
+        "calls_per_round": calls,
+        "rounds": rounds,
+    }
+
+
+def _base_label() -> str:
+    import flag_gems
+
+    info = Path(flag_gems.__file__).parent / "_overlay_info.py"
+    text = info.read_text() if info.is_file() else ""
+    for line in text.splitlines():
+        if line.startswith("BASE_ORIGIN"):
+            return line.split("=", 1)[1].strip().strip("'\"")
+    return "unknown"
+
+
+def _ratio(r, key):
+    return r[key] / r["eager_us"]
+
+
+def summarize(ops: list) -> dict:
+    nvidia = [r for r in ops if r["backend"] == "nvidia" and r["name"] != "floor"]
+    floor = next((r for r in ops if r["name"] == "floor"), None)
+    kx = [r for r in ops if r["backend"] == "kunlunxin-emulated"]
+    out = {}
+    if nvidia:
+        med = statistics.median(_ratio(r, "after_us") for r in nvidia)
+        out["nvidia"] = {
+            "median_after_over_eager": med,
+            "median_before_over_eager": statistics.median(
+                _ratio(r, "before_us") for r in nvidia
+            ),
+            "max_after_over_eager": max(_ratio(r, "after_us") for r in nvidia),
+        }
+        if floor:
+            f = _ratio(floor, "after_us")
+            out["nvidia"]["floor_over_eager"] = f
+            out["nvidia"]["median_over_floor"] = med / f
+    if kx:
+        out["kunlunxin-emulated"] = {
+            "max_after_over_aten": max(_ratio(r, "after_us") for r in kx),
+            "max_before_over_aten": max(_ratio(r, "before_us") for r in kx),
+        }
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="copyfix.measure.launch_cost")
+    parser.add_argument("backend", choices=["nvidia", "kunlunxin-emulated"])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args(argv)
+    records, run = measure(args.backend, args.calls, args.rounds)
+    data = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    keep = [r for r in data.get("ops", []) if r["backend"] != args.backend]
+    data["op_commit"] = _op_commit()
+    data["ops"] = keep + records
+    data.setdefault("runs", {})[args.backend] = run
+    data["summary"] = summarize(data["ops"])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(data, indent=1) + "\n")
+    print(json.dumps(data["summary"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

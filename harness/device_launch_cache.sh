@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Harness (PR 3): the launch cache on the lent NVIDIA machine.
+#   OUT=<dir> bash harness/device_launch_cache.sh STEP...
+# Steps:
+#   cost       python -m copyfix.measure.launch_cost nvidia, then kunlunxin-emulated (cuda
+#              emulation), into $OUT/launch_cache_h200.json (one run, one machine start)
+#   up-5.0.2, up-main
+#              upstream's own tests that reach pointwise_dynamic (UP_TESTS, those present in
+#              the base) on a copy of .upstream/<base> with PR 3 applied (make pr's files),
+#              stock NVIDIA backend, `pytest -n 16 --quick`: counts in $OUT/launch_cache_upstream.json
+#   suite      this repo's suite in cuda mode (kunlunxin emulation), 5.0.2 base
+# DEADLINE (seconds, default 560) budgets all steps.
+set -u
+cd "$(dirname "$0")/.."
+REPO=$PWD
+: "${OUT:=/tmp/out}" "${DEADLINE:=560}"
+LOGS=/tmp/lclogs && rm -rf $LOGS && mkdir -p $LOGS "$OUT"
+left() { local n=$((DEADLINE - SECONDS)); echo $((n > 1 ? n : 1)); }
+export COPYFIX_OP_COMMIT="${COPYFIX_OP_COMMIT:-}" PYTHONUNBUFFERED=1
+for t in .upstream/*.tgz; do
+  [ -e "$t" ] && [ ! -d ".upstream/$(basename "$t" .tgz)" ] && tar -xzf "$t" -C .upstream
+done
+. harness/device_env.sh > $LOGS/env.log 2>&1
+unset COPYFIX_EMULATION
+UP_TESTS="test_pointwise_dynamic.py test_pointwise_type_promotion.py test_copy.py test_to_copy.py
+  test_sigmoid.py test_relu.py test_abs.py test_add.py test_mul.py test_where_self_out.py
+  test_where_scalar_other.py test_where_scalar_self.py test_where_self.py test_launch_cache.py"
+for step in "$@"; do
+  echo "=== $step $(date +%T), $(left) s left"
+  log=$LOGS/$step.log
+  case $step in
+    cost)
+      timeout "$(left)" python3 -m copyfix.measure.launch_cost nvidia --out "$OUT/launch_cache_h200.json" > "$log" 2>&1
+      COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m copyfix.measure.launch_cost kunlunxin-emulated \
+        --out "$OUT/launch_cache_h200.json" >> "$log" 2>&1 ;;
+    up-*)
+      base=${step#up-}; src=.upstream/$base; [ "$base" = 5.0.2 ] && src=.upstream/v5.0.2
+      tree=/tmp/up-$base && rm -rf $tree && cp -r $src $tree
+      PYTHONPATH=harness python3 -m copyfix.export apply-pr launch-cache $tree >> "$log" 2>&1
+      files=$(cd $tree/tests && ls $UP_TESTS 2>/dev/null | tr '\n' ' ')
+      (cd $tree && GEMS_VENDOR=nvidia PYTHONPATH=/tmp/site:$tree/src timeout "$(left)" \
+        python3 -m pytest -q -n 16 -p no:cacheprovider --quick $(for f in $files; do echo tests/$f; done) \
+        > "$log.pytest" 2>&1; echo "rc=$?" >> "$log.pytest")
+      python3 - "$OUT/launch_cache_upstream.json" "$base" "$log.pytest" "$files" <<'PY'
+import json, re, sys
+from pathlib import Path
+out, base, log, files = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), sys.argv[4].split()
+text = log.read_text()
+last = [l for l in text.splitlines() if re.search(r"\d+ (passed|failed)", l)]
+counts = {k: int(m.group(1)) if (m := re.search(rf"(\d+) {k}", last[-1] if last else "")) else 0
+          for k in ("passed", "failed", "skipped", "error")}
+data = json.loads(out.read_text()) if out.is_file() else {}
+data[{"5.0.2": "v5.0.2", "main": "main-2026-08-21"}[base]] = {**counts, "files": files, "summary": last[-1] if last else text[-400:]}
+out.write_text(json.dumps(data, indent=1) + "\n")
+print(base, counts)
+PY
+      ;;
+    suite) COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m pytest -q -n 16 -p no:cacheprovider -rfE $SUITE_ARGS > "$log" 2>&1; tail -3 "$log" ;;
+  esac
+  tail -2 "$log"
+done
+tar -czf "$OUT/launch_cache_logs.tgz" -C $LOGS .
