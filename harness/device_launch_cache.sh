@@ -30,9 +30,9 @@ for step in "$@"; do
   log=$LOGS/$step.log
   case $step in
     cost)
-      timeout "$(left)" python3 -m copyfix.measure.launch_cost nvidia --out "$OUT/launch_cache_h200.json" > "$log" 2>&1
+      timeout "$(left)" python3 -m copyfix.measure.launch_cost nvidia --out "$OUT/launch_cache_h200.json" ${LC_ARGS:-} > "$log" 2>&1
       COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m copyfix.measure.launch_cost kunlunxin-emulated \
-        --out "$OUT/launch_cache_h200.json" >> "$log" 2>&1 ;;
+        --out "$OUT/launch_cache_h200.json" ${LC_ARGS:-} >> "$log" 2>&1 ;;
     up-*)
       base=${step#up-}; src=.upstream/$base; [ "$base" = 5.0.2 ] && src=.upstream/v5.0.2
       tree=/tmp/up-$base && rm -rf $tree && cp -r $src $tree

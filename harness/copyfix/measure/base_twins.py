@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import sys
+import types
 from pathlib import Path
 
 GENERIC = "flag_gems.utils.pointwise_dynamic"
@@ -48,10 +49,10 @@ def base_twins(module_name: str) -> dict:
     ours = sys.modules[module_name].PointwiseDynamicFunction
     base = _load_preimage(module_name).PointwiseDynamicFunction
     twins, made = {}, {}
-    for mod_name, mod in list(sys.modules.items()):
-        if mod is None or not mod_name.startswith(("flag_gems", "_kunlunxin")):
+    for mod in list(sys.modules.values()):  # op modules, vendor ones (_nvidia...) too
+        if not isinstance(mod, types.ModuleType):
             continue
-        for attr, value in list(vars(mod).items()):
+        for attr, value in list(getattr(mod, "__dict__", {}).items()):
             if type(value) is ours:
                 if id(value) not in made:
                     twin = base(value.fx, value._scalar_fn, value.config)

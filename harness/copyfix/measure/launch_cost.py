@@ -132,7 +132,24 @@ def _floor(torch, timer, device):
             "before_us": row["floor"], "after_us": row["floor"]}  # fmt: skip
 
 
-def measure(backend: str, calls: int, rounds: int):
+def _profile(name, gems, fn, calls=3000):
+    """Where an "after" call's host time goes (cProfile, so inflated): top 18."""
+    import cProfile
+    import io
+    import pstats
+
+    with gems():
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(calls):
+            fn()
+        prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(18)
+    print(f"--- profile of {calls} after-calls of {name}\n{out.getvalue()}", flush=True)
+
+
+def measure(backend: str, calls: int, rounds: int, profile: bool = False):
     if backend == "nvidia":
         os.environ["GEMS_VENDOR"] = "nvidia"
         mode = "native nvidia"
@@ -179,9 +196,18 @@ def measure(backend: str, calls: int, rounds: int):
     for name, fn in cases.items():
         ref = fn().clone()
         results = {}
+        seen = {id(t): len(t.overloads) for t in twins.values()}
         for label, ctx in (("after", gems), ("before", before), ("off", off)):
             with ctx():
                 results[label] = fn().clone()
+        # "before" ran the base's code: a twin was instantiated, or had been
+        base_used = any(len(t.overloads) for t in twins.values()) and any(
+            len(t.overloads) != seen[id(t)] or t.overloads for t in twins.values()
+        )
+        stats = launch_cache.stats()
+        with gems():
+            fn()
+        hit = launch_cache.stats()["hits"] > stats["hits"]
         exact = {k: bool(torch.equal(v, ref) and v.stride() == ref.stride())
                  for k, v in results.items()}  # fmt: skip
         row = timer.host_us_interleaved(
@@ -192,7 +218,10 @@ def measure(backend: str, calls: int, rounds: int):
         records.append({"name": name, "backend": backend,
                         "eager_us": row["eager"], "before_us": row["before"],
                         "after_us": row["after"], "cache_off_us": row["cache_off"],
-                        "bit_exact_vs_eager": exact})  # fmt: skip
+                        "bit_exact_vs_eager": exact, "after_hits": hit,
+                        "before_ran_base_code": bool(base_used)})  # fmt: skip
+        if profile:
+            _profile(name, gems, fn)
         print(f"{backend:20s} {name:26s} eager {row['eager']:7.1f}  before "
               f"{row['before']:7.1f}  after {row['after']:7.1f}  off {row['cache_off']:7.1f}"
               f"  exact {exact}", flush=True)  # fmt: skip
@@ -262,8 +291,11 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile each op's after-path"
+    )
     args = parser.parse_args(argv)
-    records, run = measure(args.backend, args.calls, args.rounds)
+    records, run = measure(args.backend, args.calls, args.rounds, args.profile)
     data = json.loads(args.out.read_text()) if args.out.is_file() else {}
     keep = [r for r in data.get("ops", []) if r["backend"] != args.backend]
     data["op_commit"] = _op_commit()

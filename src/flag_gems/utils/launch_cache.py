@@ -40,6 +40,8 @@ from typing import Callable
 
 import torch
 import triton
+from triton import knobs
+from triton.runtime.driver import driver
 from triton.runtime.jit import JITFunction
 
 from flag_gems.utils.libentry import LibEntry
@@ -58,19 +60,24 @@ _ENABLED = os.environ.get("FLAGGEMS_LAUNCH_CACHE", "1") != "0"
 # the convention LibEntry follows for these versions.  Others keep the uncached path.
 _TRITON = tuple(int(v) for v in triton.__version__.split(".")[:2])
 _ABI_KNOWN = (3, 3) <= _TRITON <= (3, 6)
-_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_TENSOR, _PARAMETER = torch.Tensor, torch.nn.Parameter
+_PLAIN_TENSORS = (_TENSOR, _PARAMETER)
 _UNCACHEABLE = object()
 _CACHES = weakref.WeakSet()
 
 
+_ACTIVE = _ENABLED and _ABI_KNOWN
+
+
 def set_enabled(enabled: bool) -> None:
     """Turn the cache on or off (env FLAGGEMS_LAUNCH_CACHE=0 starts it off)."""
-    global _ENABLED
+    global _ENABLED, _ACTIVE
     _ENABLED = bool(enabled)
+    _ACTIVE = _ENABLED and _ABI_KNOWN
 
 
 def is_enabled() -> bool:
-    return _ENABLED and _ABI_KNOWN
+    return _ACTIVE
 
 
 class _Recording(threading.local):
@@ -116,7 +123,7 @@ def _record_launch(kernel, grid, args, kwargs):
         else:
             return None
     grid = tuple(grid) + (1,) * (3 - len(grid))
-    device = triton.runtime.driver.active.get_current_device()
+    device = driver.active.get_current_device()
     return compiled, grid, values, device
 
 
@@ -129,7 +136,7 @@ def _int_class(v: int):
 def _describe(arg):
     """The part of one argument a launch depends on; raises TypeError if unknown."""
     t = type(arg)
-    if t in _PLAIN_TENSORS:
+    if t is _TENSOR or t is _PARAMETER:
         # stride() raises for sparse and other non-strided layouts
         aligned = arg.data_ptr() % 16 == 0
         return arg.dtype, arg.shape, arg.stride(), arg.get_device(), aligned
@@ -142,11 +149,10 @@ def _describe(arg):
 
 def _key(args, kwargs, salt):
     try:
-        return (
-            salt,
-            tuple(_describe(a) for a in args),
-            tuple((k, _describe(v)) for k, v in kwargs.items()),
-        )
+        if kwargs:
+            named = tuple([(k, _describe(v)) for k, v in kwargs.items()])
+            return salt, tuple(map(_describe, args)), named
+        return salt, tuple(map(_describe, args))
     except (TypeError, RuntimeError, NotImplementedError):
         return None
 
@@ -176,13 +182,13 @@ class _Plan:
             outs.append(out)
         k = self.kernel
         if k is not None:
-            driver = triton.runtime.driver.active
-            device = driver.get_current_device()
+            active = driver.active
+            device = active.get_current_device()
             if device != self.device:
                 return _UNCACHEABLE  # the uncached path enters the device guard
-            stream = driver.get_current_stream(device)
+            stream = active.get_current_stream(device)
             values = (*args[: self.n_args], *outs, *self.tail)
-            runtime = triton.knobs.runtime
+            runtime = knobs.runtime
             enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
             if getattr(enter, "calls", True) or getattr(leave, "calls", True):
                 meta = k.launch_metadata(self.grid, stream, *values)
@@ -292,7 +298,7 @@ class LaunchCache:
         _CACHES.add(self)
 
     def __call__(self, fn: Callable, args: tuple, kwargs: dict, salt=()):
-        if not (_ENABLED and _ABI_KNOWN) or _recording.launches is not None:
+        if not _ACTIVE or _recording.launches is not None:
             return fn(*args, **kwargs)  # off, or inside a call being recorded
         key = _key(args, kwargs, salt)
         if key is None:
