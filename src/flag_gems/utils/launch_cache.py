@@ -63,6 +63,7 @@ _ABI_KNOWN = (3, 3) <= _TRITON <= (3, 6)
 _TENSOR, _PARAMETER = torch.Tensor, torch.nn.Parameter
 _PLAIN_TENSORS = (_TENSOR, _PARAMETER)
 _UNCACHEABLE = object()
+_HOOK_CHAIN = getattr(knobs, "HookChain", None)
 _CACHES = weakref.WeakSet()
 
 
@@ -158,54 +159,63 @@ def _key(args, kwargs, salt):
 
 
 class _Plan:
-    """What one signature's call does: allocate these outputs, launch this kernel."""
+    """What one signature's call does: allocate these outputs, launch this kernel.
 
-    __slots__ = ("single", "outs", "kernel", "grid", "n_args", "tail", "device")
+    Everything here is fixed by the key; what is not (the current device, its
+    stream, the launch hooks, pointers and scalar values) is read at each run."""
 
-    def __init__(self, single, outs, launch, n_args):
-        self.single, self.outs, self.n_args = single, outs, n_args
-        self.kernel = None
+    __slots__ = ("single", "outs", "alloc", "kernel", "launcher", "handles", "grid")
+    __slots__ += ("tail", "device")
+
+    def __init__(self, single, outs, launch):
+        self.single, self.outs, self.kernel = single, tuple(outs), None
+        # the common case, one output that the call allocates
+        one = len(outs) == 1 and outs[0][1] is not None
+        self.alloc = outs[0][1] if one else None
         if launch is not None:
-            self.kernel, self.grid, values, self.device = launch
-            self.tail = tuple(values[n_args + len(outs) :])
+            self.kernel, self.grid, values, self.device, n_operands = launch
+            self.launcher = self.kernel.run  # the compiled kernel's launcher
+            self.handles = (self.kernel.function, self.kernel.packed_metadata)
+            self.tail = tuple(values[n_operands:])
 
     def run(self, args, kwargs):
-        outs = []
-        for name, alloc in self.outs:
-            if alloc is None:
-                outs.append(kwargs[name])
-                continue
-            shape, stride, dtype, device = alloc
+        if self.alloc is not None:
+            shape, stride, dtype, device = self.alloc
             out = torch.empty_strided(shape, stride, dtype=dtype, device=device)
             if out.data_ptr() % 16:
                 return _UNCACHEABLE  # not the alignment the kernel was compiled for
-            outs.append(out)
-        k = self.kernel
-        if k is not None:
+            outs = (out,)
+        else:
+            outs = []
+            for name, alloc in self.outs:
+                if alloc is None:
+                    outs.append(kwargs[name])
+                    continue
+                shape, stride, dtype, device = alloc
+                out = torch.empty_strided(shape, stride, dtype=dtype, device=device)
+                if out.data_ptr() % 16:
+                    return _UNCACHEABLE
+                outs.append(out)
+        if self.kernel is not None:
             active = driver.active
             device = active.get_current_device()
             if device != self.device:
                 return _UNCACHEABLE  # the uncached path enters the device guard
             stream = active.get_current_stream(device)
-            values = (*args[: self.n_args], *outs, *self.tail)
+            values = (*args, *outs, *self.tail)
             runtime = knobs.runtime
             enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
-            if getattr(enter, "calls", True) or getattr(leave, "calls", True):
-                meta = k.launch_metadata(self.grid, stream, *values)
-            else:  # empty hook chains: what the launcher would call does nothing
+            chain = _HOOK_CHAIN
+            if (enter is None or (type(enter) is chain and not enter.calls)) and (
+                leave is None or (type(leave) is chain and not leave.calls)
+            ):  # no hook (3.3-3.5), or empty hook chains (3.6): nothing to call
                 meta = enter = leave = None
+            else:
+                meta = self.kernel.launch_metadata(self.grid, stream, *values)
             gx, gy, gz = self.grid
-            k.run(
-                gx,
-                gy,
-                gz,
-                stream,
-                k.function,
-                k.packed_metadata,
-                meta,
-                enter,
-                leave,
-                *values,
+            function, metadata = self.handles
+            self.launcher(
+                gx, gy, gz, stream, function, metadata, meta, enter, leave, *values
             )
         return outs[0] if self.single else tuple(outs)
 
@@ -256,7 +266,6 @@ def _plan(args, kwargs, result, launches):
             return None
     if launches:
         values = launches[0][2]
-        n_args = len(args)
         operands = (*args, *results)
         if len(values) < len(operands) or not all(
             _operand(v, a) for v, a in zip(values, operands)
@@ -264,8 +273,8 @@ def _plan(args, kwargs, result, launches):
             return None
         if not all(type(v) in (int, float, bool) for v in values[len(operands) :]):
             return None
-        return _Plan(single, outs, launches[0], n_args)
-    return _Plan(single, outs, None, len(args))
+        return _Plan(single, outs, (*launches[0], len(operands)))
+    return _Plan(single, outs, None)
 
 
 def stats() -> dict:
