@@ -210,6 +210,9 @@ def measure(backend: str, calls: int, rounds: int, profile: bool = False):
         hit = launch_cache.stats()["hits"] > stats["hits"]
         exact = {k: bool(torch.equal(v, ref) and v.stride() == ref.stride())
                  for k, v in results.items()}  # fmt: skip
+        b = results["before"]
+        same = all(bool(torch.equal(results[k], b) and results[k].stride() == b.stride())
+                   for k in ("after", "off"))  # fmt: skip
         row = timer.host_us_interleaved(
             {"eager": (contextlib.nullcontext, fn), "before": (before, fn),
              "after": (gems, fn), "cache_off": (off, fn)},
@@ -219,6 +222,7 @@ def measure(backend: str, calls: int, rounds: int, profile: bool = False):
                         "eager_us": row["eager"], "before_us": row["before"],
                         "after_us": row["after"], "cache_off_us": row["cache_off"],
                         "bit_exact_vs_eager": exact, "after_hits": hit,
+                        "after_and_off_bit_exact_vs_before": same,
                         "before_ran_base_code": bool(base_used)})  # fmt: skip
         if profile:
             _profile(name, gems, fn)

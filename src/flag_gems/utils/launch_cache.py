@@ -34,6 +34,7 @@ kernel, or whose launch was not recorded as described stay on the uncached path.
 import inspect
 import logging
 import os
+import re
 import threading
 import weakref
 from typing import Callable
@@ -58,8 +59,8 @@ _ENABLED = os.environ.get("FLAGGEMS_LAUNCH_CACHE", "1") != "0"
 # run(gx, gy, gz, stream, function, packed_metadata, launch_metadata,
 #     enter_hook, exit_hook, *every_param_in_signature_order), constexprs included:
 # the convention LibEntry follows for these versions.  Others keep the uncached path.
-_TRITON = tuple(int(v) for v in triton.__version__.split(".")[:2])
-_ABI_KNOWN = (3, 3) <= _TRITON <= (3, 6)
+_TRITON = re.match(r"(\d+)\.(\d+)", triton.__version__)
+_ABI_KNOWN = bool(_TRITON) and (3, 3) <= tuple(map(int, _TRITON.groups())) <= (3, 6)
 _TENSOR, _PARAMETER = torch.Tensor, torch.nn.Parameter
 _PLAIN_TENSORS = (_TENSOR, _PARAMETER)
 _UNCACHEABLE = object()
@@ -106,7 +107,7 @@ def recorded_launch(kernel, grid):
 
 def _record_launch(kernel, grid, args, kwargs):
     fn = kernel.fn if type(kernel) is LibEntry else kernel
-    if not isinstance(fn, JITFunction) or fn.pre_run_hooks:
+    if not isinstance(fn, JITFunction) or getattr(fn, "pre_run_hooks", None):
         return None  # autotuned/heuristic kernels, or hooks a warmup would run again
     if not (isinstance(grid, tuple) and all(type(g) is int for g in grid)):
         return None
