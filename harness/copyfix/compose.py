@@ -176,7 +176,8 @@ def compose(project: Path, editable: bool) -> Path:
 
 def decompose(composed: Path, dst: Path) -> Path:
     """Copy a composed flag_gems package to ``dst`` as its base had it: each replaced
-    file's kept pre-image put back, the composition's own files left out."""
+    or patched file's kept pre-image put back, files the overlay added left out, the
+    composition's own files left out."""
     shutil.copytree(
         composed, dst, symlinks=False, ignore=shutil.ignore_patterns("__pycache__")
     )
@@ -184,5 +185,13 @@ def decompose(composed: Path, dst: Path) -> Path:
     for kept in pre.rglob("*.py"):
         shutil.copyfile(kept, dst / kept.relative_to(pre))
     shutil.rmtree(pre)
+    info: dict = {}
+    exec((dst / "_overlay_info.py").read_text(), info)
+    prefix = str(OVERLAY_ROOT / "flag_gems") + "/"
+    replaced = set(info["REPLACED"])
+    for added in info["OVERLAY_FILES"]:
+        rel = added[len(prefix) :] if added.startswith(prefix) else None
+        if rel is not None and rel not in replaced:
+            (dst / rel).unlink(missing_ok=True)
     (dst / "_overlay_info.py").unlink()
     return dst

@@ -260,14 +260,15 @@ def validate(args) -> dict:
     prs = {}
     for name in names:
         pr = export.PRS[name]
-        missing = [f for f in pr.files if not (export.REPO / f).is_file()]
+        kept = pr.files + [f"{rel}.patch" for rel in pr.patched]
+        missing = [f for f in kept if not (export.REPO / f).is_file()]
         if missing:
             raise InputError(f"PR {name}: {missing[0]} is missing in {export.REPO}")
         try:
             export.check_preimage(checkout, pr)
         except SystemExit as e:
             raise InputError(str(e.code)) from None
-        files = list(pr.files)
+        files = list(pr.changed)  # what CHANGED_FILES names: patched files too
         if args.file:
             files = [f for f in files if f in args.file]
         prs[name] = files
@@ -597,7 +598,8 @@ def _pr_files(names) -> dict:
 
     out = {}
     for name in names:
-        for rel in export.PRS[name].files:
+        pr = export.PRS[name]
+        for rel in pr.files + [f"{p}.patch" for p in pr.patched]:
             path = export.REPO / rel
             done = _git("status", "--porcelain", "--", rel)
             ok = done is not None and done.returncode == 0
@@ -643,6 +645,9 @@ def run_base(v: dict, args) -> dict:
         for name, files in prs.items():
             tree = copy_checkout(checkout, work / f"pr-{name}")
             applied = export.apply_pr(tree, name)
+            for other in getattr(args, "with_prs", None) or ():
+                if other != name:  # composed with it, as a merged tree would hold both
+                    applied += export.apply_pr(tree, other)
             print(
                 f"[upstream-ci] {v['label']}: PR {name} applied: {', '.join(applied)}"
             )
@@ -689,6 +694,7 @@ def run_base(v: dict, args) -> dict:
         "op_sha256": ident["op_sha256"],
         "versions": versions,
         "prs": {name: files for name, files in prs.items()},
+        "composed_with": list(getattr(args, "with_prs", None) or []),
         "pr_files": _pr_files(prs),
         "test_op_sha256": hashlib.sha256((checkout / TEST_OP).read_bytes()).hexdigest(),
         "tools": {**v["tools"], **{k: f"shim: {sys.executable} -m {k}" for k in made}},
@@ -954,6 +960,13 @@ def parse_args(argv=None):
         "--pr", nargs="+", help="PR names (default: every PR in copyfix.export.PRS)"
     )
     p.add_argument("--file", nargs="+", help="only these PR files (default: all)")
+    p.add_argument(
+        "--with",
+        dest="with_prs",
+        nargs="+",
+        help="apply these PRs too, under every PR run (e.g. launch-cache: PRs 1 and 2 "
+        "with PR 3 composed)",
+    )
     p.add_argument(
         "--results", help="results file (default results/upstream_ci_<mode>.json)"
     )
