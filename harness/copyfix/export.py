@@ -9,14 +9,20 @@ The export refuses a checkout whose kunlunxin copy.py is not a known pre-image
 which differs only in its licence header and logger lines), and runs the
 checkout's own lint settings (black, isort, flake8 from its .pre-commit-config.yaml)
 on the exported files before committing.
+
+Each PR's commit message comes from its own PR text (`commit_message`): the text's
+first line, a `# ` heading, is the title; the body is its `### Description` section,
+rewrapped. A new PR is one `PR(...)` entry in `_prs()` and a PR text in that form.
 """
 
 import argparse
 import difflib
 import hashlib
+import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import tomllib
@@ -33,11 +39,80 @@ PR_FILES = [
 
 
 class PR:
-    """One upstream PR: its files, the file whose pre-image it needs, branch, message."""
+    """One upstream PR: its files, the file whose pre-image it needs, its branch, and
+    its PR text (repository-relative), from which its commit message is made."""
 
-    def __init__(self, name, files, preimage_path, branch, message):
+    def __init__(self, name, files, preimage_path, branch, text):
         self.name, self.files, self.preimage_path = name, list(files), preimage_path
-        self.branch, self.message = branch, message
+        self.branch, self.text = branch, text
+
+    @property
+    def message(self) -> str:
+        return commit_message(REPO / self.text)
+
+
+_HEADING = re.compile(r"#{1,6} ")  # (not "#1151": an issue reference)
+
+
+def _pr_text_parts(text: str) -> tuple[str, list[str]]:
+    """(title, Description lines) of a PR text; SystemExit naming what is missing."""
+    lines = text.splitlines()
+    first = next((line for line in lines if line.strip()), "")
+    if not first.startswith("# "):
+        raise SystemExit("a PR text must start with its title as a '# ' heading")
+    try:
+        start = lines.index("### Description") + 1
+    except ValueError:
+        raise SystemExit("a PR text needs a '### Description' section") from None
+    headings = (i for i in range(start, len(lines)) if _HEADING.match(lines[i]))
+    end = next(headings, len(lines))
+    return first[2:].strip(), lines[start:end]
+
+
+def _rewrap(lines: list[str], width: int) -> list[str]:
+    """Markdown lines rewrapped to `width`: paragraphs and list items are filled
+    (items keep their marker and a hanging indent), table rows stay as they are."""
+    out, block, marker = [], [], ""
+
+    def flush():
+        if block:
+            out.extend(
+                textwrap.wrap(
+                    " ".join(block),
+                    width,
+                    initial_indent=marker,
+                    subsequent_indent=" " * len(marker),
+                    break_long_words=False,
+                    break_on_hyphens=False,
+                )
+            )
+        block.clear()
+
+    for line in lines:
+        text = line.strip()
+        if text and not text.startswith("|") and text[:2] not in ("- ", "* "):
+            block.append(text)  # (a paragraph, or an item, goes on)
+            continue
+        flush()
+        marker = ""
+        if text.startswith("|"):
+            out.append(text)
+        elif text:  # a list item
+            marker = text[:2]
+            block.append(text[2:])
+        elif out and out[-1]:
+            out.append("")
+    flush()
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
+def commit_message(pr_md: Path, width: int = 72) -> str:
+    """The commit message of the PR whose text is `pr_md`: its title line, a blank
+    line, then its Description section, verbatim apart from line wrapping."""
+    title, description = _pr_text_parts(Path(pr_md).read_text())
+    return "\n".join([title, "", *_rewrap(description, width)]) + "\n"
 
 
 # `git apply`-able diffs of the op, one per base it was written against (the seed's
@@ -59,36 +134,23 @@ def patch_path() -> Path:
 
 
 BRANCH = "kunlunxin/strided-copy"
-COMMIT_MESSAGE = """[KUNLUNXIN] Route strided copy_ through the pointwise_dynamic kernel
-
-copy_ on KunlunXIN sent every non-contiguous source to aten's native strided
-copy, which torch_xmlir does not implement (`CUDA error: invalid device
-function`), e.g. for expanded SDPA masks. Strided sources and destinations now
-run through the existing pointwise_dynamic copy kernel with their real strides,
-after TensorIterator-style reordering and coalescing of dimensions, with torch's
-overlap/broadcast errors raised before any write, bool casts as `!= 0`, and
-copies beyond int32 indexing split along the outermost dimension.
-
-Adds tests/test_copy_ops.py (layout x dtype matrix, direct calls, rank 1-8,
-torch-semantics gap checks, SDPA mask end to end, hypothesis fuzz) and
-benchmark/test_copy_strided.py.
-"""
 
 
 def _prs() -> dict:
-    prs = {"kunlunxin": PR("kunlunxin", PR_FILES, COPY_PY, BRANCH, COMMIT_MESSAGE)}
-    try:  # PR 2, the generic op's conversions (independent of PR 1)
-        from copyfix import pr_generic
-    except ImportError:
-        return prs
-    prs["generic"] = PR(
-        "generic",
-        pr_generic.FILES,
-        pr_generic.PREIMAGE_PATH,
-        pr_generic.BRANCH,
-        pr_generic.COMMIT_MESSAGE,
-    )
-    return prs
+    """Every PR `make pr` exports, one `PR(...)` entry each: its files, branch, text."""
+    from copyfix import pr_generic
+
+    prs = [
+        PR("kunlunxin", PR_FILES, COPY_PY, BRANCH, "docs/PR.md"),
+        PR(
+            "generic",
+            pr_generic.FILES,
+            pr_generic.PREIMAGE_PATH,
+            pr_generic.BRANCH,
+            "docs/PR2.md",
+        ),
+    ]
+    return {pr.name: pr for pr in prs}
 
 
 PRS = _prs()
