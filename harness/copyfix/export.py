@@ -52,6 +52,7 @@ class PR:
 
 
 _HEADING = re.compile(r"#{1,6} ")  # (not "#1151": an issue reference)
+_CODE_SPAN = re.compile(r"`[^`]*`")
 
 
 def _pr_text_parts(text: str) -> tuple[str, list[str]]:
@@ -71,21 +72,22 @@ def _pr_text_parts(text: str) -> tuple[str, list[str]]:
 
 def _rewrap(lines: list[str], width: int) -> list[str]:
     """Markdown lines rewrapped to `width`: paragraphs and list items are filled
-    (items keep their marker and a hanging indent), table rows stay as they are."""
+    (items keep their marker and a hanging indent, code spans stay on one line),
+    table rows stay as they are."""
     out, block, marker = [], [], ""
 
     def flush():
-        if block:
-            out.extend(
-                textwrap.wrap(
-                    " ".join(block),
-                    width,
-                    initial_indent=marker,
-                    subsequent_indent=" " * len(marker),
-                    break_long_words=False,
-                    break_on_hyphens=False,
-                )
-            )
+        # (a `code span` is never split: its spaces are held as NULs while wrapping)
+        text = _CODE_SPAN.sub(lambda m: m[0].replace(" ", "\0"), " ".join(block))
+        lines = textwrap.wrap(
+            text,
+            width,
+            initial_indent=marker,
+            subsequent_indent=" " * len(marker),
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        out.extend(line.replace("\0", " ") for line in lines)
         block.clear()
 
     for line in lines:

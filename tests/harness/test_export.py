@@ -155,7 +155,7 @@ Operator
 ### Description
 A first paragraph, written on
 short lines, that the message rewraps into lines of at most the given width.
-#1151 starts this line: an issue reference, not a heading.
+#1151 starts this line: an issue reference, not a heading. A `code span` stays whole.
 
 - an item whose text is long enough to wrap onto a second line, indented
 - a second item
@@ -180,7 +180,8 @@ def test_a_later_pr_text_plugs_in(tmp_path):
         "lines, that the message rewraps into\n"
         "lines of at most the given width. #1151\n"
         "starts this line: an issue reference,\n"
-        "not a heading.\n"
+        "not a heading. A `code span` stays\n"
+        "whole.\n"
         "\n"
         "- an item whose text is long enough to\n"
         "  wrap onto a second line, indented\n"
@@ -191,6 +192,7 @@ def test_a_later_pr_text_plugs_in(tmp_path):
         "|---|---|\n"
         "| a row longer than the width stays whole, as tables must | kept |\n"
     )
+    assert export._rewrap(["word `a b c` end"], 10) == ["word", "`a b c`", "end"]
     pr = export.PR("later", ["x.py"], "x.py", "later/branch", "docs/PR.md")
     assert pr.message == export.commit_message(export.REPO / "docs" / "PR.md")
 
