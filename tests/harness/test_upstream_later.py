@@ -75,3 +75,18 @@ def test_recorded_results_cover_the_tools_cases():
         assert [r["command"] for r in section["test_copy"]] == [
             " ".join(cmd) for cmd in upstream_ci.test_copy_commands("full")
         ]
+
+
+def test_copy_module_check_accepts_an_op_file_without_pointwise_kernels():
+    # the later file has copy/copy_ but no _copy_kernel; one without copy_ is refused
+    import types
+
+    from copyfix.emulation import kunlunxin
+
+    later = types.ModuleType("_kunlunxin.ops.copy")
+    later.__file__ = "later/copy.py"
+    later.copy = later.copy_ = lambda *args: None
+    kunlunxin._check_copy_module(later)
+    del later.copy_
+    with pytest.raises(RuntimeError, match="has no copy_"):
+        kunlunxin._check_copy_module(later)
