@@ -9,14 +9,20 @@ The export refuses a checkout whose kunlunxin copy.py is not a known pre-image
 which differs only in its licence header and logger lines), and runs the
 checkout's own lint settings (black, isort, flake8 from its .pre-commit-config.yaml)
 on the exported files before committing.
+
+Each PR's commit message comes from its own PR text (`commit_message`): the text's
+first line, a `# ` heading, is the title; the body is its `### Description` section,
+rewrapped. A new PR is one `PR(...)` entry in `_prs()` and a PR text in that form.
 """
 
 import argparse
 import difflib
 import hashlib
+import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import tomllib
@@ -35,17 +41,88 @@ PR_FILES = [
 
 
 class PR:
-    """One upstream PR: its files, the file whose pre-image it needs, branch, message,
-    and the upstream files it edits through a patch kept beside their tree path."""
+    """One upstream PR: its files, the file whose pre-image it needs, its branch, its
+    PR text (repository-relative), from which its commit message is made, and the
+    upstream files it edits through a patch kept beside their tree path."""
 
-    def __init__(self, name, files, preimage_path, branch, message, patched=()):
+    def __init__(self, name, files, preimage_path, branch, text, patched=()):
         self.name, self.files, self.preimage_path = name, list(files), preimage_path
-        self.branch, self.message = branch, message
+        self.branch, self.text = branch, text
         self.patched = list(patched)
+
+    @property
+    def message(self) -> str:
+        return commit_message(REPO / self.text)
 
     @property
     def changed(self) -> list[str]:
         return self.files + self.patched
+
+
+_HEADING = re.compile(r"#{1,6} ")  # (not "#1151": an issue reference)
+_CODE_SPAN = re.compile(r"`[^`]*`")
+
+
+def _pr_text_parts(text: str) -> tuple[str, list[str]]:
+    """(title, Description lines) of a PR text; SystemExit naming what is missing."""
+    lines = text.splitlines()
+    first = next((line for line in lines if line.strip()), "")
+    if not first.startswith("# "):
+        raise SystemExit("a PR text must start with its title as a '# ' heading")
+    try:
+        start = lines.index("### Description") + 1
+    except ValueError:
+        raise SystemExit("a PR text needs a '### Description' section") from None
+    headings = (i for i in range(start, len(lines)) if _HEADING.match(lines[i]))
+    end = next(headings, len(lines))
+    return first[2:].strip(), lines[start:end]
+
+
+def _rewrap(lines: list[str], width: int) -> list[str]:
+    """Markdown lines rewrapped to `width`: paragraphs and list items are filled
+    (items keep their marker and a hanging indent, code spans stay on one line),
+    table rows stay as they are."""
+    out, block, marker = [], [], ""
+
+    def flush():
+        # (a `code span` is never split: its spaces are held as NULs while wrapping)
+        text = _CODE_SPAN.sub(lambda m: m[0].replace(" ", "\0"), " ".join(block))
+        lines = textwrap.wrap(
+            text,
+            width,
+            initial_indent=marker,
+            subsequent_indent=" " * len(marker),
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        out.extend(line.replace("\0", " ") for line in lines)
+        block.clear()
+
+    for line in lines:
+        text = line.strip()
+        if text and not text.startswith("|") and text[:2] not in ("- ", "* "):
+            block.append(text)  # (a paragraph, or an item, goes on)
+            continue
+        flush()
+        marker = ""
+        if text.startswith("|"):
+            out.append(text)
+        elif text:  # a list item
+            marker = text[:2]
+            block.append(text[2:])
+        elif out and out[-1]:
+            out.append("")
+    flush()
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
+def commit_message(pr_md: Path, width: int = 72) -> str:
+    """The commit message of the PR whose text is `pr_md`: its title line, a blank
+    line, then its Description section, verbatim apart from line wrapping."""
+    title, description = _pr_text_parts(Path(pr_md).read_text())
+    return "\n".join([title, "", *_rewrap(description, width)]) + "\n"
 
 
 # `git apply`-able diffs of the op, one per base it was written against (the seed's
@@ -67,48 +144,25 @@ def patch_path() -> Path:
 
 
 BRANCH = "kunlunxin/strided-copy"
-COMMIT_MESSAGE = """[KUNLUNXIN] Route strided copy_ through the pointwise_dynamic kernel
-
-copy_ on KunlunXIN sent every non-contiguous source to aten's native strided
-copy, which torch_xmlir does not implement (`CUDA error: invalid device
-function`), e.g. for expanded SDPA masks. Strided sources and destinations now
-run through the existing pointwise_dynamic copy kernel with their real strides,
-after TensorIterator-style reordering and coalescing of dimensions, with torch's
-overlap/broadcast errors raised before any write, bool casts as `!= 0`, and
-copies beyond int32 indexing split along the outermost dimension.
-
-Adds tests/test_copy_ops.py (layout x dtype matrix, direct calls, rank 1-8,
-torch-semantics gap checks, SDPA mask end to end, hypothesis fuzz) and
-benchmark/test_copy_strided.py.
-"""
 
 
 def _prs() -> dict:
-    prs = {"kunlunxin": PR("kunlunxin", PR_FILES, COPY_PY, BRANCH, COMMIT_MESSAGE)}
-    try:  # PR 2, the generic op's conversions (independent of PR 1)
-        from copyfix import pr_generic
-    except ImportError:
-        return prs
-    prs["generic"] = PR(
-        "generic",
-        pr_generic.FILES,
-        pr_generic.PREIMAGE_PATH,
-        pr_generic.BRANCH,
-        pr_generic.COMMIT_MESSAGE,
-    )
-    try:  # PR 3, pointwise_dynamic's launch cache (independent of PRs 1 and 2)
-        from copyfix import pr_launch_cache as lc
-    except ImportError:
-        return prs
-    prs["launch-cache"] = PR(
-        "launch-cache",
-        lc.FILES,
-        lc.PATCHED[0],
-        lc.BRANCH,
-        lc.COMMIT_MESSAGE,
-        patched=lc.PATCHED,
-    )
-    return prs
+    """Every PR `make pr` exports, one `PR(...)` entry each: its files, branch, text."""
+    from copyfix import pr_generic
+    from copyfix import pr_launch_cache as lc
+
+    prs = [
+        PR("kunlunxin", PR_FILES, COPY_PY, BRANCH, "docs/PR.md"),
+        PR(
+            "generic",
+            pr_generic.FILES,
+            pr_generic.PREIMAGE_PATH,
+            pr_generic.BRANCH,
+            "docs/PR2.md",
+        ),
+        PR("launch-cache", lc.FILES, lc.PATCHED[0], lc.BRANCH, "docs/PR3.md", lc.PATCHED),
+    ]
+    return {pr.name: pr for pr in prs}
 
 
 PRS = _prs()

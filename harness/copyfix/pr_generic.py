@@ -10,24 +10,4 @@ FILES = [
     "tests/test_copy_dtype_conversions.py",
 ]
 BRANCH = "generic/copy-dtype-conversions"
-COMMIT_MESSAGE = """[Operator] copy_: convert dtypes as torch does
-
-copy_ stored its source into the destination pointer and let the store
-convert, which is not torch's conversion for several dtype pairs. Measured on
-an H200 with 5.0.2: float32 -> bool [0.5, -0.25, nan] gave False (torch: True),
-int16 -> bool 256 gave False, int32 -> bfloat16 16842753 gave 16908288 (torch:
-16777216), float32 -> uint8 -1.5 gave 0 (torch: 255).
-
-copy_ now picks the kernel by dtype pair: nonzero -> True for bool
-destinations; float -> uint8 through int64; integers -> bfloat16 through
-float32 with the second rounding done on the bit pattern (the compiler folds
-int -> float32 -> bfloat16 into one rounding); float64 -> float16/bfloat16
-through float32. Conversions to or from float8 go to aten (Triton saturates
-where torch overflows to inf, and cannot convert integers to or from
-float8). Same-dtype copies are unchanged.
-
-Adds tests/test_copy_dtype_conversions.py: every pair of ten dtypes with edge
-values (integer extremes, rounding ties, +-0, +-inf, NaN, subnormals,
-overflow thresholds), strided layouts, and the four reported cases, compared
-bit for bit with torch.
-"""
+# (its commit message: docs/PR2.md, through copyfix.export.commit_message)

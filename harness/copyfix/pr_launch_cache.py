@@ -14,7 +14,3 @@ PATCHED = [
 ]
 FILES = [MODULE, "tests/test_launch_cache.py"]
 BRANCH = "utils/pointwise-launch-cache"
-COMMIT_MESSAGE = """[Utils] pointwise_dynamic: per-signature launch cache
-
-(placeholder: replaced by the text of docs/PR3.md)
-"""

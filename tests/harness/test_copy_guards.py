@@ -509,15 +509,23 @@ def test_copy_direct_call(layout, src_dtype, dst_dtype):
 @pytest.mark.copy
 @pytest.mark.parametrize("layout", ["transpose", "sdpa_mask", "dst_step_slice"])
 def test_copy_functional(layout):
+    # aten::copy copies src into clone_preserve_strides(template): the template's
+    # whole storage cloned (one flat launch, skipped where src overwrites all of a
+    # dense template), its strides and offset kept
     case = Case(layout, torch.float32, torch.bfloat16, seed=2)
+    before = case.dst_base.clone()
     with track_paths() as paths:
         out = copy_module().copy(case.dst, case.src)
     assert paths.fallbacks == 0
-    assert paths.launches == expected_launches(out, case.src)
+    covers = case.dst.numel() == case.dst_base.numel()
+    clone = [] if covers else [("_copy_kernel", 1)]
+    assert paths.launches == clone + expected_launches(out, case.src), case.name
     assert out.shape == case.dst.shape and out.stride() == case.dst.stride()
-    assert out.data_ptr() != case.dst.data_ptr()
-    expected = case.dst_view(case.reference())
-    assert_bit_exact(out, expected, case.name, exact_nans=False)
+    assert out.storage_offset() == case.dst.storage_offset()
+    assert out.untyped_storage().data_ptr() != case.dev_dst_base.data_ptr()
+    whole = out.as_strided(case.dst_base.shape, case.dst_base.stride(), 0)
+    assert_bit_exact(whole, case.reference(), case.name, exact_nans=False)
+    assert_bit_exact(case.dev_dst_base, before, "the template is not written")
 
 
 # templates with internal overlap (a broadcast dim of size > 1)
@@ -531,19 +539,11 @@ _OVERLAPPING_TEMPLATES = {
 
 
 @pytest.mark.copy
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="op bug (c256842 dropped copy()'s has_internal_overlapping branch of "
-    "0b98bf2): copy(torch.zeros(3).expand(2, 3), torch.arange(6.0).view(2, 3)) "
-    "raises 'unsupported operation: more than one element of the written-to "
-    "tensor refers to a single memory location...' (its result keeps the "
-    "template's stride 0); aten::copy returns a dense (3, 1) copy of src",
-)
 @pytest.mark.parametrize("template", list(_OVERLAPPING_TEMPLATES))
 def test_copy_functional_overlapping_template(template):
     # aten::copy cannot keep such a template's strides (the copy into it would
-    # raise): its result is dense; these 2-D ones come out contiguous, as aten's do
+    # raise): it clones it dense (no storage clone: one launch, src into the fresh
+    # tensor); these 2-D ones come out contiguous, as aten's do
     make = _OVERLAPPING_TEMPLATES[template]
     cpu_template = make("cpu")
     src = torch.arange(float(cpu_template.numel())).view(cpu_template.shape)
@@ -556,39 +556,69 @@ def test_copy_functional_overlapping_template(template):
 
 
 @pytest.mark.copy
-@pytest.mark.xfail(
-    strict=True,
-    reason="op bug: copy() of an internally overlapping template: aten::copy "
-    "(clone with preserve_format) gives dense strides in the template's dim order, "
-    "(4, 3, 5) template strides (1, 4, 0) -> aten (5, 20, 1); the op raises the "
-    "internal-overlap error (HEAD), or gave contiguous (15, 5, 1) (0b98bf2)",
-)
 def test_copy_functional_overlapping_template_keeps_dim_order():
+    # aten::copy clones such a template with preserve_format: dense strides in the
+    # template's dim order, (4, 3, 5) template strides (1, 4, 0) -> (5, 20, 1)
     cpu_template = torch.zeros(3, 4, 1).expand(3, 4, 5).permute(1, 0, 2)
     src = torch.randn(cpu_template.shape)
     ref = torch.ops.aten.copy.default(cpu_template, src)
     assert ref.stride() == (5, 20, 1)
     template = torch.zeros(3, 4, 1, device=DEVICE).expand(3, 4, 5).permute(1, 0, 2)
-    out = copy_module().copy(template, src.to(DEVICE))
-    assert_bit_exact(out, ref, "values")  # (these agree)
+    with track_paths() as paths:
+        out = copy_module().copy(template, src.to(DEVICE))
+    assert paths.fallbacks == 0 and paths.launches == [("copy_slice", 3)]
     assert out.stride() == ref.stride()
+    assert_bit_exact(out, ref, "values")
+
+
+# (template base shape, template view): the storage aten::copy clones whole
+_VIEW_TEMPLATES = {
+    "step_slice": ((4, 6), lambda t: t[1:, ::2]),  # storage offset 6
+    "contiguous_offset": ((8,), lambda t: t[2:6]),
+    "empty_at_end": ((5,), lambda t: t[5:]),  # no element, offset 5
+    "empty_storage": ((0, 3), lambda t: t),  # aten: empty_strided, offset 0
+    "zero_dim": ((6,), lambda t: t[4]),
+    "negated_transpose": ((3, 4), lambda t: torch._neg_view(t).t()),
+}
 
 
 @pytest.mark.copy
-@pytest.mark.xfail(
-    strict=True,
-    reason="op bug (inherited from the pre-image): copy() returns a fresh buffer "
-    "at storage offset 0; aten::copy clones the template's storage "
-    "(clone_preserve_strides) and keeps its storage offset: template "
-    "zeros(4, 6)[1:, ::2] (offset 6) -> aten offset 6, op offset 0",
-)
-def test_copy_functional_keeps_template_storage_offset():
-    cpu_template = torch.zeros(4, 6)[1:, ::2]
-    src = torch.randn(cpu_template.shape)
-    ref = torch.ops.aten.copy.default(cpu_template, src)
-    out = copy_module().copy(torch.zeros(4, 6, device=DEVICE)[1:, ::2], src.to(DEVICE))
-    assert out.stride() == ref.stride()  # (these agree)
-    assert out.storage_offset() == ref.storage_offset() == 6
+@pytest.mark.parametrize("template", list(_VIEW_TEMPLATES))
+def test_copy_functional_keeps_template_storage(template):
+    # clone_preserve_strides: the result is the template's whole storage, cloned
+    # (negation resolved), viewed with its strides and storage offset
+    base_shape, view = _VIEW_TEMPLATES[template]
+    cpu_base = torch.randn(base_shape)
+    src = torch.randn(view(cpu_base).shape)
+    ref = torch.ops.aten.copy.default(view(cpu_base), src)
+    base = cpu_base.to(DEVICE)
+    out = copy_module().copy(view(base), src.to(DEVICE))
+    assert (out.shape, out.stride()) == (ref.shape, ref.stride()), template
+    assert out.storage_offset() == ref.storage_offset(), template
+    assert out.untyped_storage().nbytes() == ref.untyped_storage().nbytes()
+    whole = (ref.untyped_storage().nbytes() // 4,)
+    assert_bit_exact(
+        out.as_strided(whole, (1,), 0), ref.as_strided(whole, (1,), 0), template
+    )
+    assert_bit_exact(base, cpu_base, "the template is not written")
+
+
+@pytest.mark.copy
+def test_copy_functional_clones_storage_under_a_self_overlapping_view():
+    # a template that overlaps itself where at::has_internal_overlap cannot tell
+    # (TooHard) spans 3 of its storage's 4 elements although it has 4: the clone
+    # is needed for the 4th (src agrees where the view overlaps itself)
+    cpu_base = torch.randn(4)
+    src = torch.tensor([[1.0, 2.0], [2.0, 3.0]])
+    ref = torch.ops.aten.copy.default(cpu_base.as_strided((2, 2), (1, 1)), src)
+    base = cpu_base.to(DEVICE)
+    with track_paths() as paths:
+        out = copy_module().copy(base.as_strided((2, 2), (1, 1)), src.to(DEVICE))
+    assert paths.launches == [("_copy_kernel", 1), ("copy_slice", 2)]
+    assert out.stride() == ref.stride() == (1, 1)
+    whole = out.as_strided((4,), (1,), 0)
+    assert_bit_exact(whole, ref.as_strided((4,), (1,), 0), "storage")
+    assert_bit_exact(whole, torch.cat([torch.arange(1.0, 4.0), cpu_base[3:]]), "4th")
 
 
 @pytest.mark.copy
@@ -1344,9 +1374,6 @@ def test_copy_fallback_reasons_name_the_cause():
     assert reason(q, q) == "quantized tensor"
     assert reason(q, torch.zeros(2, 3)) == "quantized tensor"  # quantizing copy
     assert reason(torch.zeros(2, 3), q) == "quantized tensor"
-    sparse = torch.eye(3).to_sparse()
-    assert reason(torch.zeros(3, 3), sparse) == "sparse or mkldnn layout"
-    assert reason(sparse, torch.zeros(3, 3)) == "sparse or mkldnn layout"
 
 
 @pytest.mark.copy_
@@ -1379,26 +1406,32 @@ def test_copy_sparse_is_dispatched_by_layout():
 
 
 @pytest.mark.copy_
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="op bug (regression from the previous overlay, as in the pre-image): "
-    "a direct copy_(torch.zeros(3, 3), torch.eye(3).to_sparse()) raises "
-    "NotImplementedError 'Cannot access storage of SparseTensorImpl' "
-    "(the CompositeExplicitAutograd redispatch, and _is_alias_of before it, touch "
-    "the storage) instead of torch's RuntimeError 'copy_() between dense and "
-    "sparse Tensors is not implemented! ...'",
-)
-def test_copy_direct_call_with_sparse_gets_torchs_error():
-    sparse = torch.eye(3).to_sparse()
-    expected = torch_error(lambda: torch.zeros(3, 3).copy_(sparse))
-    try:
-        copy_module().copy_(torch.zeros(3, 3, device=DEVICE), sparse.to(DEVICE))
-    except Exception as exc:  # noqa: BLE001 - compared below
-        got = type(exc), str(exc)
-    else:
-        got = None
-    assert got == expected
+@pytest.mark.parametrize("sparse_side", ["src", "dst"])
+def test_copy_direct_call_with_sparse_gets_torchs_error(sparse_side):
+    # a direct call is dispatched again, to the layout's kernel: torch's error
+    # (before, _is_alias_of and the dense redispatch raised 'Cannot access storage
+    # of SparseTensorImpl'), nothing written, no Triton launch, no dense fallback
+    def make(device):
+        dense, sparse = torch.zeros(3, 3, device=device), torch.eye(3).to_sparse()
+        sparse = sparse.to(device)
+        return (dense, sparse) if sparse_side == "src" else (sparse, dense)
+
+    expected = torch_error(lambda: make("cpu")[0].copy_(make("cpu")[1]))
+    dst, src = make(DEVICE)
+    with track_paths() as paths, pytest.raises(expected[0]) as err:
+        copy_module().copy_(dst, src)
+    assert str(err.value) == expected[1]
+    assert paths.launches == [] and paths.fallbacks == 0
+    assert torch.equal(dst.to_dense().cpu(), make("cpu")[0].to_dense())
+
+
+@pytest.mark.copy_
+def test_copy_direct_call_between_sparse_tensors():
+    # sparse into sparse: the sparse kernel, as Tensor.copy_ would run it
+    dst = torch.zeros(3, 3).to_sparse().to(DEVICE)
+    src = (torch.eye(3) * 2).to_sparse().to(DEVICE)
+    assert copy_module().copy_(dst, src) is dst
+    assert torch.equal(dst.to_dense().cpu(), torch.eye(3) * 2)
 
 
 @pytest.mark.copy_

@@ -1,5 +1,6 @@
 """PR export: copy.patch in sync and applicable, `make pr` onto a synthetic FlagGems checkout."""
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -78,6 +79,8 @@ def test_make_pr_commits_the_pr_files_on_a_new_branch(upstream, monkeypatch):
     sha = shas["kunlunxin"]
     assert git(upstream, "rev-parse", "--abbrev-ref", "HEAD").strip() == export.BRANCH
     assert git(upstream, "log", "-1", "--format=%s", sha).startswith("[KUNLUNXIN] ")
+    message = git(upstream, "log", "-1", "--format=%B", sha)
+    assert message.rstrip() + "\n" == export.PRS["kunlunxin"].message
     assert git(upstream, "rev-parse", sha + "^").strip() == base  # one commit
     changed = git(upstream, "show", "--name-only", "--format=", sha).split()
     assert sorted(changed) == sorted(export.PR_FILES)
@@ -119,4 +122,90 @@ def test_make_pr_exports_each_pr_as_its_own_branch(upstream, monkeypatch):
         )  # one commit on base
         changed = git(upstream, "show", "--name-only", "--format=", sha).split()
         assert sorted(changed) == sorted(pr.changed)  # and nothing of another PR
+        message = git(upstream, "log", "-1", "--format=%B", sha)
+        assert message.rstrip() + "\n" == pr.message
     assert not set(export.PRS["generic"].files) & set(export.PRS["kunlunxin"].files)
+
+
+def _description(text):
+    """The words of a PR text's Description section, read independently of export."""
+    section = text.split("\n### Description\n", 1)[1]
+    return re.split(r"^#{1,6} ", section, maxsplit=1, flags=re.M)[0].split()
+
+
+@pytest.mark.parametrize("name", sorted(export.PRS))
+def test_commit_message_is_the_pr_texts_title_and_description(name):
+    # what a reviewer reads first is the PR text itself: its title, a blank line,
+    # its Description verbatim (only the line breaks differ), nothing else
+    pr = export.PRS[name]
+    text = (export.REPO / pr.text).read_text()
+    title, blank, *body = pr.message.splitlines()
+    assert text.splitlines()[0] == f"# {title}" and blank == ""
+    assert " ".join(body).split() == _description(text)
+    for line in body:  # wrapped at 72, except table rows and unbreakable words
+        assert len(line) <= 72 or line.startswith("|") or " " not in line.strip()
+    assert pr.message.endswith("\n") and not pr.message.endswith("\n\n")
+
+
+PR_TEXT = """# [KUNLUNXIN] A later PR
+
+### PR Category
+Operator
+
+### Description
+A first paragraph, written on
+short lines, that the message rewraps into lines of at most the given width.
+#1151 starts this line: an issue reference, not a heading. A `code span` stays whole.
+
+- an item whose text is long enough to wrap onto a second line, indented
+- a second item
+  continued on an indented line
+
+| case | result |
+|---|---|
+| a row longer than the width stays whole, as tables must | kept |
+
+### Issue
+Not in the message.
+"""
+
+
+def test_a_later_pr_text_plugs_in(tmp_path):
+    # docs/PR3.md and later: one PR(...) entry, its message from its own text
+    (tmp_path / "PR3.md").write_text(PR_TEXT)
+    assert export.commit_message(tmp_path / "PR3.md", width=40) == (
+        "[KUNLUNXIN] A later PR\n"
+        "\n"
+        "A first paragraph, written on short\n"
+        "lines, that the message rewraps into\n"
+        "lines of at most the given width. #1151\n"
+        "starts this line: an issue reference,\n"
+        "not a heading. A `code span` stays\n"
+        "whole.\n"
+        "\n"
+        "- an item whose text is long enough to\n"
+        "  wrap onto a second line, indented\n"
+        "- a second item continued on an indented\n"
+        "  line\n"
+        "\n"
+        "| case | result |\n"
+        "|---|---|\n"
+        "| a row longer than the width stays whole, as tables must | kept |\n"
+    )
+    assert export._rewrap(["word `a b c` end"], 10) == ["word", "`a b c`", "end"]
+    pr = export.PR("later", ["x.py"], "x.py", "later/branch", "docs/PR.md")
+    assert pr.message == export.commit_message(export.REPO / "docs" / "PR.md")
+
+
+@pytest.mark.parametrize(
+    "text, missing",
+    [
+        (PR_TEXT.replace("# [KUNLUNXIN] A later PR\n", ""), "title"),
+        (PR_TEXT.replace("### Description", "### Summary"), "Description"),
+    ],
+    ids=["no-title", "no-description"],
+)
+def test_a_pr_text_without_title_or_description_is_refused(tmp_path, text, missing):
+    (tmp_path / "PR.md").write_text(text)
+    with pytest.raises(SystemExit, match=missing):
+        export.commit_message(tmp_path / "PR.md")

@@ -37,17 +37,8 @@ _FALLBACK_KEYSET = torch._C.DispatchKeySet(
 
 # Dtypes Triton on KunlunXIN loads and stores (fp64 only where the backend
 # descriptor enables it); complex, quantized and fp8 copies go to aten.
-_TRITON_DTYPES = {
-    torch.float16,
-    torch.bfloat16,
-    torch.float32,
-    torch.int8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-    torch.uint8,
-    torch.bool,
-}
+_TRITON_DTYPES = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32}
+_TRITON_DTYPES |= {torch.int64, torch.float16, torch.bfloat16, torch.float32}
 if device.support_fp64:
     _TRITON_DTYPES.add(torch.float64)
 
@@ -151,8 +142,6 @@ def _kernel_for(dst: torch.Tensor, src: torch.Tensor):
 
 def _fallback_reason(dst: torch.Tensor, src: torch.Tensor) -> Optional[str]:
     """Why Triton on KunlunXIN cannot run this copy; None when it can."""
-    if dst.layout != torch.strided or src.layout != torch.strided:
-        return "sparse or mkldnn layout"
     if dst.device != src.device or dst.is_meta:
         return "cross-device or meta copy"
     if dst.is_quantized or src.is_quantized:
@@ -206,12 +195,6 @@ def _wrapped_number(value, dst: torch.Tensor) -> torch.Tensor:
     return src.to(dst.dtype).to(dst.device)
 
 
-def _expand_like(src: torch.Tensor, target_shape: torch.Size) -> torch.Tensor:
-    if src.shape == target_shape:
-        return src
-    return src.expand(target_shape)
-
-
 def _launch(kernel, dst: torch.Tensor, src: torch.Tensor) -> None:
     """Run kernel(src) into dst (same shape), split where int32 cannot index."""
     if not (
@@ -231,11 +214,21 @@ def copy(
     template: torch.Tensor, src: torch.Tensor, *, non_blocking: Optional[bool] = False
 ):
     logger.debug("GEMS_KUNLUNXIN COPY")
-    out = torch.empty_strided(
-        template.size(), template.stride(), dtype=template.dtype, device=template.device
-    )
-    copy_(out, src, non_blocking=bool(non_blocking))
-    return out
+    # src copied into a clone of template, as aten::copy does: dense in template's
+    # dim order if template overlaps itself (clone), else template's whole storage
+    # viewed with its strides and offset (clone_preserve_strides)
+    overlap = has_internal_overlapping(template)
+    if overlap == MemOverlap.Yes:
+        out = torch.empty_like(template)
+    else:
+        numel = template.untyped_storage().nbytes() // template.element_size()
+        out = torch.empty(numel, dtype=template.dtype, device=template.device)
+        if overlap == MemOverlap.TooHard or template.numel() < numel:
+            # (only elements that src does not overwrite need the clone)
+            copy_(out, template.as_strided((numel,), (1,), 0))
+        offset = template.storage_offset() if numel else 0  # (aten: empty_strided)
+        out = out.as_strided(template.size(), template.stride(), offset)
+    return copy_(out, src, non_blocking=bool(non_blocking))
 
 
 def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
@@ -250,6 +243,10 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
         )
     if src._is_zerotensor():
         return dst.zero_()
+
+    if dst.layout != torch.strided or src.layout != torch.strided:
+        # (direct calls only: dispatch picks the layout's kernel before this one)
+        return torch.ops.aten.copy_.default(dst, src, non_blocking)
 
     aliases = torch._C._is_alias_of(dst, src)
     if aliases and (
@@ -288,7 +285,7 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
     if dst.numel() == 0:
         return dst
 
-    expanded_src = _expand_like(src, dst.shape)
+    expanded_src = src.expand(dst.shape)
     if read_first:
         snapshot = torch.empty(dst.shape, dtype=src.dtype, device=src.device)
         _launch(copy_slice, snapshot, expanded_src)

@@ -1,0 +1,346 @@
+"""Upstream's later KunlunXIN ``copy.py`` (the ``tle_copy`` era), run in place of ours.
+
+Harness file (not part of the upstream PR)::
+
+    python -m copyfix.upstream_later <FlagGems checkout> [--later DIR] [--mode cpu|cuda]
+        [--test-copy full|quick|none] [--results PATH] [--timeout S]
+
+Upstream kept changing the kunlunxin ``copy_`` after main of 2026-08-21, the base this PR
+targets. The newest version in the public index calls ``tle_copy(expanded_src, dst)``
+first and sends to aten every copy under 2**14 elements with equal shapes, every aliasing
+copy and every layout ``tle_copy`` declines. This measures that file as a new user would
+meet it: ``tle`` unavailable (stock Triton, or triton-xpu without TLE: upstream #6470;
+upstream's own ``tle_copy.py`` then declines every copy) and aten's strided copy missing
+(``emulation.xpu_device_model``), next to the checkout's own file and to PR 1.
+
+Its files are never committed here. Put them under ``--later`` (default ``.upstream/later/``,
+ignored by git) as ``copy.py`` and ``tle_copy.py``, read with the search tool's file lookup
+(repo flagos-ai/FlagGems, the paths in :data:`LATER_FILES`); their sha256 goes into the
+results, beside the one the report cites.
+
+Three variants, each on its own temporary copy of the checkout (the checkout is not
+written to): ``base`` (the checkout's copy.py), ``later`` (upstream's later copy.py and
+``utils/tle_copy.py``), ``ours`` (PR 1, applied by ``export.apply_pr``). For each:
+
+* :data:`CASES`, in a child process with the checkout's ``flag_gems`` imported: the seed's
+  minimal repro, SDPA mask copies, and one copy of each kind the later file sends to aten
+  (small with equal shapes, aliasing, declined by ``tle_copy``); each ``dst.copy_(src)``
+  under ``use_gems(include=["copy_"])`` with the device model on, compared bit for bit
+  with torch on the host; aten fallbacks (redispatches) counted;
+* upstream's ``tests/test_copy.py`` as ``copyfix.upstream_ci`` runs it (both invocations
+  with ``--test-copy full``).
+
+Results: ``results/upstream_later_<mode>.json``; ``make upstream-later UPSTREAM=<checkout>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from copyfix import upstream_ci
+
+REPO = upstream_ci.REPO
+KUNLUNXIN = "src/flag_gems/runtime/backend/_kunlunxin"
+# name under --later: (path in FlagGems, where it was read, sha256 the report cites)
+LATER_FILES = {
+    "copy.py": (
+        f"{KUNLUNXIN}/ops/copy.py",
+        "search tool read_file, repo flagos-ai/FlagGems, file id 66940093390 (found by "
+        "find_string 'tle_copy(expanded_src, dst)'; the index names no commit for this "
+        "version: find_files lists f1615be17e96 for the path, an older version, and "
+        "read_file without a commit returns 32fdaa92a17a, the copy_slice-era one)",
+        "4394edfb0b7b765f78bd9c815bb797770408e203ff0aaf72a48ddd56f77e14d3",
+    ),
+    "tle_copy.py": (
+        f"{KUNLUNXIN}/utils/tle_copy.py",
+        "search tool read_file, repo flagos-ai/FlagGems, commit "
+        "7e9fd963d19935ef5ea4543ab354362c5d119056",
+        "6aada84c798766a5bb162fdc67ca2ad9af504dd565491b78e91c173851069b84",
+    ),
+}
+VARIANTS = ("base", "later", "ours")
+# What the later copy.py needs changed around it on main of 2026-08-21 to import at all:
+# main's kunlunxin contiguous.py imports copy_slice from it, which the later file no
+# longer defines (the later trees' own contiguous.py cannot be read here). contiguous
+# is imported by the vendor ops but not registered, so the name is never called.
+ADAPTATIONS = (
+    (
+        f"{KUNLUNXIN}/ops/contiguous.py",
+        "from _kunlunxin.ops.copy import copy, copy_slice\n",
+        "from _kunlunxin.ops.copy import copy\n\ncopy_slice = None  # (copyfix.upstream_later)\n",
+    ),
+)
+
+
+# ------------------------------------------------------------------------- cases
+
+
+def _cases(torch):
+    """name -> make(device) giving (dst, src, what to compare): src is built on the
+    host and reaches the device as a contiguous buffer, views are taken there."""
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(128, generator=gen)
+    mask = torch.rand(2, 1, 1, 16, generator=gen) > 0.5
+    long_mask = torch.rand(1, 1, 1, 128, generator=gen) > 0.5
+    x = torch.randn(64, 64, generator=gen)
+    big = torch.randn(256, 256, generator=gen)
+    ramp = torch.arange(64.0)
+
+    def into(shape, dtype, src, view):
+        def make(device):
+            dst = torch.zeros(shape, dtype=dtype, device=device)
+            return dst, view(src.to(device)), dst
+
+        return make
+
+    def aliasing(device):
+        base = ramp.to(device)
+        return base[1::2], base[:-1:2], base
+
+    return {
+        "seed a.expand(4, 128) -> fp32": into(
+            (4, 128), torch.float32, a, lambda t: t.expand(4, 128)
+        ),
+        "seed a.expand(4, 128) -> bf16": into(
+            (4, 128), torch.bfloat16, a, lambda t: t.expand(4, 128)
+        ),
+        "SDPA mask (2,1,1,16) -> (2,8,16,16) bool": into(
+            (2, 8, 16, 16), torch.bool, mask, lambda t: t.expand(2, 8, 16, 16)
+        ),
+        "SDPA mask (2,1,1,16) -> (2,8,16,16) fp32": into(
+            (2, 8, 16, 16),
+            torch.float32,
+            mask.float(),
+            lambda t: t.expand(2, 8, 16, 16),
+        ),
+        "SDPA mask (1,1,1,128) -> (1,8,128,128) bool": into(
+            (1, 8, 128, 128), torch.bool, long_mask, lambda t: t.expand(1, 8, 128, 128)
+        ),
+        "small, equal shapes: x.t(), 64x64 fp32": into(
+            (64, 64), torch.float32, x, lambda t: t.t()
+        ),
+        "aliasing: b[1::2].copy_(b[:-1:2])": aliasing,
+        "declined by tle_copy: x.t(), 256x256 fp32": into(
+            (256, 256), torch.float32, big, lambda t: t.t()
+        ),
+        "contiguous, 256x256 fp32": into((256, 256), torch.float32, big, lambda t: t),
+    }
+
+
+def _first_line(exc) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def run_cases(out: Path) -> int:
+    """In the child: every case through Tensor.copy_ under use_gems, device model on."""
+    import warnings
+
+    from copyfix import emulation, tracking
+
+    warnings.filterwarnings("ignore", message=r"\[device_info\]")
+    try:
+        mode = emulation.activate()
+        import flag_gems
+    except Exception as exc:  # (the later file alone on main: see ADAPTATIONS)
+        out.write_text(json.dumps({"import_error": _first_line(exc)}))
+        return 0
+    import torch
+
+    module = emulation.copy_module()
+    device = emulation.device()
+    records = []
+    for name, make in _cases(torch).items():
+        host_dst, host_src, host_cmp = make("cpu")
+        host_dst.copy_(host_src.clone())
+        dst, src, cmp = make(device)
+        rec = {"case": name, "numel": dst.numel()}
+        try:
+            with emulation.xpu_device_model(), tracking.track(module) as paths:
+                with flag_gems.use_gems(include=["copy_"]):
+                    dst.copy_(src)
+        except Exception as exc:  # what the case measures
+            rec.update(outcome="error", error=_first_line(exc))
+        else:
+            got = cmp.cpu()
+            same = torch.equal(got.view(torch.uint8), host_cmp.view(torch.uint8))
+            rec["outcome"] = "bit-exact" if same else "differs from torch"
+        rec.update(fallbacks=paths.fallbacks, triton_launches=len(paths.ranks))
+        records.append(rec)
+    tle = sys.modules.get("_kunlunxin.utils.tle_copy")  # (the later variant's)
+    meta = {
+        "mode": mode,
+        "versions": emulation.versions(),
+        "copy_module": module.__file__,
+        "tle_copy_module": getattr(tle, "__file__", None),
+        "tle_copy_available": tle.tle_dma_available() if tle else None,
+    }
+    out.write_text(json.dumps({"meta": meta, "cases": records}, indent=1))
+    return 0
+
+
+# ------------------------------------------------------------------------ driver
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def later_files(folder: Path) -> dict:
+    """The later files' records; SystemExit(2) naming what is missing."""
+    recs = {}
+    for name, (upstream_path, source, cited) in LATER_FILES.items():
+        path = folder / name
+        if not path.is_file():
+            raise upstream_ci.InputError(
+                f"{path} missing: read {upstream_path} of flagos-ai/FlagGems ({source}) "
+                f"and save it there"
+            )
+        sha = _sha256(path)
+        recs[name] = {
+            "upstream_path": upstream_path,
+            "source": source,
+            "sha256": sha,
+            "as_cited": sha == cited,
+            "bytes": path.stat().st_size,
+        }
+    return recs
+
+
+def make_tree(checkout: Path, work: Path, variant: str, later: Path) -> Path:
+    from copyfix import export
+
+    tree = upstream_ci.copy_checkout(checkout, work / variant)
+    if variant == "later":
+        for name, (upstream_path, _, _) in LATER_FILES.items():
+            shutil.copyfile(later / name, tree / upstream_path)
+    elif variant == "ours":
+        export.apply_pr(tree, "kunlunxin")
+    return tree
+
+
+def _cases_child(tree: Path, variant: str, args, work: Path) -> dict:
+    env = upstream_ci.run_env(tree, args.mode, None, None)
+    env.pop("PYTEST_ADDOPTS")
+    out = work / f"cases-{variant}.json"
+    out.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "copyfix.upstream_later", "--cases", str(out)]
+    print(f"[upstream-later] {variant}: cases", flush=True)
+    done = subprocess.run(
+        cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=args.timeout
+    )
+    if done.returncode or not out.is_file():
+        raise SystemExit(
+            f"{variant}: the cases' child failed (rc {done.returncode}):\n"
+            f"{done.stdout[-2000:]}{done.stderr[-4000:]}"
+        )
+    return json.loads(out.read_text())
+
+
+def adapt(tree: Path) -> list[str]:
+    """Apply ADAPTATIONS to a tree; what was changed, one line each."""
+    done = []
+    for rel, old, new in ADAPTATIONS:
+        path = tree / rel
+        text = path.read_text() if path.is_file() else ""
+        if old in text:
+            path.write_text(text.replace(old, new))
+            done.append(f"{rel}: {old.strip()!r} -> {new.strip()!r}")
+    return done
+
+
+def run_variant(tree: Path, variant: str, args, work: Path) -> dict:
+    section = _cases_child(tree, variant, args, work)
+    if "import_error" in section and variant == "later":
+        print(f"[upstream-later]   import: {section['import_error']}", flush=True)
+        as_is = {"import_error": section["import_error"], "adapted": adapt(tree)}
+        section = _cases_child(tree, variant, args, work)
+        section["as_is"] = as_is
+    if "import_error" in section:
+        raise SystemExit(
+            f"{variant}: flag_gems does not import: {section['import_error']}"
+        )
+    for rec in section["cases"]:
+        print(
+            f"[upstream-later]   {rec['case']:46s} {rec['outcome']:10s} "
+            f"fallbacks {rec['fallbacks']} {rec.get('error', '')[:70]}",
+            flush=True,
+        )
+    budget = upstream_ci.Budget(args.timeout, None)
+    section["test_copy"] = [
+        upstream_ci.run_test_copy(
+            tree,
+            cmd,
+            pr=variant,
+            mode=args.mode,
+            shims=None,
+            budget=budget,
+            work=work,
+            log_dir=None,
+            n=f"{variant}-{i}",
+        )
+        for i, cmd in enumerate(upstream_ci.test_copy_commands(args.test_copy))
+    ]
+    for rec in section["test_copy"]:
+        rec.pop("log_tail", None)
+    return section
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="copyfix.upstream_later")
+    p.add_argument("checkout", type=Path, nargs="?")
+    p.add_argument("--later", type=Path, default=REPO / ".upstream" / "later")
+    p.add_argument("--mode", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--test-copy", default="full", choices=("full", "quick", "none"))
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    p.add_argument("--results", type=Path)
+    p.add_argument("--timeout", type=float, default=upstream_ci.DEFAULT_TIMEOUT)
+    p.add_argument("--cases", type=Path, help=argparse.SUPPRESS)  # (the child)
+    args = p.parse_args(argv)
+    if args.cases:
+        return run_cases(args.cases)
+    from copyfix import export
+
+    try:
+        if args.checkout is None:
+            raise upstream_ci.InputError(
+                "usage: copyfix.upstream_later <FlagGems checkout>"
+            )
+        checkout = args.checkout.resolve()
+        export.check_preimage(checkout, export.PRS["kunlunxin"])
+        files = later_files(args.later)
+    except upstream_ci.InputError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    results = args.results or REPO / "results" / f"upstream_later_{args.mode}.json"
+    data = {
+        "what": "upstream's later tle_copy-era kunlunxin copy.py in place of ours; "
+        "tle unavailable, device model on (copyfix.upstream_later)",
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": upstream_ci.upstream_check._machine(),
+        "mode": args.mode,
+        "checkout_copy_py_sha256": _sha256(checkout / export.COPY_PY),
+        "op_commit": upstream_ci.github_sha(),  # (ours: this repository's HEAD)
+        "op_sha256": _sha256(REPO / export.COPY_PY),
+        "later_files": files,
+        "variants": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="copyfix-later-") as tmp:
+        work = Path(tmp)
+        for variant in args.variants:
+            tree = make_tree(checkout, work, variant, args.later)
+            data["variants"][variant] = run_variant(tree, variant, args, work)
+    results.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"[upstream-later] wrote {results}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
