@@ -88,6 +88,12 @@ def _prs() -> dict:
         pr_generic.BRANCH,
         pr_generic.COMMIT_MESSAGE,
     )
+    # PR 4, the KunlunXIN _to_copy's conversions (independent of PRs 1 and 2)
+    from copyfix import pr_kunlunxin_to as pr4
+
+    prs[pr4.NAME] = PR(
+        pr4.NAME, pr4.FILES, pr4.PREIMAGE_PATH, pr4.BRANCH, pr4.COMMIT_MESSAGE
+    )
     return prs
 
 
@@ -102,16 +108,22 @@ def preimages(path: str = COPY_PY) -> list[str]:
 
 
 def check_preimage(tree: Path, pr: "PR") -> None:
-    """Exit with a one-line reason unless `tree` holds a known pre-image of pr's op file."""
-    target = tree / pr.preimage_path
-    if not target.is_file():
-        raise SystemExit(f"{tree} is not a FlagGems checkout (no {pr.preimage_path})")
-    found = hashlib.sha256(target.read_bytes()).hexdigest()
-    if found not in preimages(pr.preimage_path):
-        raise SystemExit(
-            f"refusing {pr.name} PR: {target} has sha256 {found}, not a known pre-image "
-            f"({', '.join(preimages(pr.preimage_path))}); rebase the overlay on that checkout first"
-        )
+    """Exit with a one-line reason unless `tree` holds a known pre-image of each base
+    file pr replaces (its op file, and any other PR file with recorded pre-images)."""
+    table = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["copyfix"]
+    replaced = [
+        f for f in pr.files if f != pr.preimage_path and f in table["preimages"]
+    ]
+    for path in [pr.preimage_path, *replaced]:
+        target = tree / path
+        if not target.is_file():
+            raise SystemExit(f"{tree} is not a FlagGems checkout (no {path})")
+        found = hashlib.sha256(target.read_bytes()).hexdigest()
+        if found not in preimages(path):
+            raise SystemExit(
+                f"refusing {pr.name} PR: {target} has sha256 {found}, not a known pre-image "
+                f"({', '.join(preimages(path))}); rebase the overlay on that checkout first"
+            )
 
 
 def apply_pr(tree: Path, name: str) -> list[str]:

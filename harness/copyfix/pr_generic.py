@@ -7,10 +7,11 @@ the KunlunXIN strided copy_, is a separate branch; neither imports from the othe
 PREIMAGE_PATH = "src/flag_gems/ops/copy.py"
 FILES = [
     PREIMAGE_PATH,
+    "src/flag_gems/ops/to.py",  # _to_copy: the same conversion kernels (a pre-image too)
     "tests/test_copy_dtype_conversions.py",
 ]
 BRANCH = "generic/copy-dtype-conversions"
-COMMIT_MESSAGE = """[Operator] copy_: convert dtypes as torch does
+COMMIT_MESSAGE = """[Operator] copy_, _to_copy: convert dtypes as torch does
 
 copy_ stored its source into the destination pointer and let the store
 convert, which is not torch's conversion for several dtype pairs. Measured on
@@ -26,8 +27,13 @@ through float32. Conversions to or from float8 go to aten (Triton saturates
 where torch overflows to inf, and cannot convert integers to or from
 float8). Same-dtype copies are unchanged.
 
+_to_copy (ops/to.py: Tensor.to, .bool(), .half(), ...) stored through the
+same identity kernel, with the same defects (x.bool() of 0.5 gave False). It
+now runs copy_'s kernels, chosen by the same rules; its checks, fallbacks and
+allocation are unchanged.
+
 Adds tests/test_copy_dtype_conversions.py: every pair of ten dtypes with edge
 values (integer extremes, rounding ties, +-0, +-inf, NaN, subnormals,
-overflow thresholds), strided layouts, and the four reported cases, compared
-bit for bit with torch.
+overflow thresholds), strided layouts, and the reported cases, through copy_
+and through .to(), compared bit for bit with torch.
 """
