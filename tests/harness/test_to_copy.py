@@ -27,7 +27,6 @@ MODE = emulation.activate()  # before flag_gems (and any kernel) is defined
 
 import torch  # noqa: E402
 
-import flag_gems  # noqa: E402
 from copyfix import generic_conversions as gc  # noqa: E402
 
 pytestmark = pytest.mark.harness
