@@ -113,51 +113,15 @@ for step in ${STEPS:-tc-5.0.2 tc-main kx-5.0.2 kx-main up-5.0.2 up-main}; do
   echo "=== $step rc=$? $(date +%T)"; grep -v -i "warn" $LOGS/$step.log 2>/dev/null | tail -n 3
 done
 
-$PY - "$LOGS" "$OUT/to_copy_upstream_tests.json" "$MACHINE" "$TC_JSON" <<'EOF'
-import json, sys, glob, os
-import xml.etree.ElementTree as ET
-logs, out, machine, tc_json = sys.argv[1:5]
-try:  # an earlier call's runs (UP_PREV), replaced checkout by checkout
-    runs = json.load(open(out))["checkouts"]
-except (OSError, ValueError, KeyError):
-    runs = {}
-rerun = set()
-for path in sorted(glob.glob(f"{logs}/up-*.xml")):
-    label, run = os.path.basename(path)[3:-4].split("-", 1)
-    suite = ET.parse(path).getroot()
-    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
-    n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
-    failed = [c.get("name") for c in suite.iter("testcase")
-              if c.find("failure") is not None or c.find("error") is not None]
-    n["passed"] = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
-    n["seconds"] = round(float(suite.get("time", 0)), 1)
-    n["failed_cases"] = failed[:40]
-    sha = open(f"{logs}/up-{label}-preimage.sha256").read().split()[0]
-    if label not in rerun:
-        runs[label] = {"checkout_to_py_sha256": sha}
-        rerun.add(label)
-    runs[label][run] = n
-record = {"machine": machine,
-          "op_commits": {"ops/to.py": os.environ.get("COPYFIX_TO_COPY_COMMIT") or None,
-                         "_kunlunxin/ops/to.py": os.environ.get("COPYFIX_KUNLUNXIN_TO_COPY_COMMIT") or None},
-          "runs": {"before": "the checkout's files; PR test cases of _to_copy (must fail)",
-                   "after": "PR 2's and PR 4's files copied in; the same cases (must pass)",
-                   "upstream-after": "upstream's tests/test_to_copy.py with those files (must pass)"},
-          "checkouts": runs}
-with open(out, "w") as f:
-    json.dump(record, f, indent=1)
-for label, r in runs.items():
-    print(label, {k: (v["passed"], v["failures"] + v["errors"], v["skipped"])
-                  for k, v in r.items() if isinstance(v, dict)}, "(passed, failed, skipped)")
-try:
-    data = json.load(open(tc_json))
-    for name, part in (("generic", data), ("kunlunxin", data.get("kunlunxin", {}))):
-        for base, sec in part.get("bases", {}).items():
-            s = sec["summary"]
-            print(f"{name} {base}: before_differ {s['before_differ']} after_differ {s['after_differ']}"
-                  f" (errors {s['before_errors']}/{s['after_errors']})")
-except (OSError, ValueError) as exc:
-    print("no conversions file:", exc)
-EOF
+$PY -m copyfix.device_records --logs $LOGS --out "$OUT/to_copy_upstream_tests.json" \
+  --machine "$MACHINE" --sha-key checkout_to_py_sha256 --extra "$($PY -c '
+import json, os
+print(json.dumps({
+    "op_commits": {"ops/to.py": os.environ.get("COPYFIX_TO_COPY_COMMIT") or None,
+                   "_kunlunxin/ops/to.py": os.environ.get("COPYFIX_KUNLUNXIN_TO_COPY_COMMIT") or None},
+    "runs": {"before": "the checkout files; PR test cases of _to_copy (must fail)",
+             "after": "PR 2 and PR 4 files copied in; the same cases (must pass)",
+             "upstream-after": "upstream tests/test_to_copy.py with those files (must pass)"}}))')"
+$PY -m copyfix.generic_conversions --summary "$TC_JSON"
 tar -czf "$OUT/to_copy_logs.tgz" -C $LOGS .
 echo "=== done $(date +%T), $SECONDS s"; ls -la "$OUT"

@@ -624,12 +624,33 @@ def _start_jobs(args, mode: str, names: list[str]) -> list:
     return procs
 
 
+def print_summaries(path: Path) -> int:
+    """One line per base (and per section: the kunlunxin one) of a results file."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"no results file: {exc}")
+        return 1
+    parts = {"": data, **{k: v for k, v in data.items() if k == "kunlunxin"}}
+    for name, part in parts.items():
+        for base, sec in part.get("bases", {}).items():
+            s = sec["summary"]
+            print(
+                f"{name or sec.get('op', 'copy_')} {base}: before_differ {s['before_differ']} "
+                f"after_differ {s['after_differ']} (errors {s['before_errors']}/{s['after_errors']})"
+            )
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="copyfix.generic_conversions", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
-        "--out", required=True, type=Path, help="JSON file (merged into if it exists)"
+        "--out", type=Path, help="JSON file (merged into if it exists; required)"
+    )
+    parser.add_argument(
+        "--summary", type=Path, help="print a results file's summaries and exit"
     )
     parser.add_argument("--mode", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument(
@@ -664,6 +685,10 @@ def main(argv=None) -> int:
     parser.add_argument("--sources", nargs="*", help=argparse.SUPPRESS)  # a job's part
     parser.add_argument("--part", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.summary:
+        return print_summaries(args.summary)
+    if args.out is None:
+        parser.error("--out is required")
     if args.ptx:
         plan = json.loads(Path(args.ptx[1]).read_text())
         print(json.dumps(ptx_conversions(args.ptx[0], plan)))
