@@ -284,3 +284,28 @@ def test_measurement_counts_before_and_after(guard):
         summary = gc.summarise(gc.measure(gc.generic_ops(op), DEV, names))
         assert summary["before_differ"] > 0 and summary["after_differ"] == 0
         assert summary["after_errors"] == 0
+
+
+def test_kunlunxin_kernels_compile_with_no_bf16_conversion_left(guard, tmp_path):
+    # Compiled Triton (PTX for sm_90, no GPU): every bfloat16 output is stored as the
+    # bits the kernel rounded, so no backend lowering of an f32 -> bf16 conversion (what
+    # TRITONXPU_BF16_FAST selects on the XPU) is left; the pre-image converts directly.
+    from test_generic_copy import _ptx  # (tests/harness is on sys.path, no package)
+
+    module = kunlunxin_to()
+    plan = {}
+    for src in ("int32", "int16", "float16", "float32", "float64", "bool"):
+        plan[f"{src}->bfloat16"] = module._kernel_for(
+            gc.DTYPES[src], torch.bfloat16
+        )._scalar_fn.__name__
+    after = _ptx(module.__file__, plan, tmp_path)
+    before = _ptx(
+        gc.generic_ops("kunlunxin_to_copy")["before_file"]["path"],
+        dict.fromkeys(plan, "_to_copy_func"),
+        tmp_path,
+    )
+    assert set(plan.values()) == {"_to_bf16_func"}
+    for pair, cvts in after.items():
+        assert not [c for c in cvts if ".bf16." in c], (pair, cvts)
+    assert "cvt.rn.bf16.s32" in before["int32->bfloat16"]
+    assert "cvt.rn.bf16.f64" in before["float64->bfloat16"]
