@@ -9,9 +9,10 @@ copy_'s conversion kernels) and the KunlunXIN ``_kunlunxin/ops/to.py`` (PR 4).
   still be right: aten's ``_to_copy`` copies through FlagGems' ``copy_``.  So a spy on
   the op's kernel choice proves they reach it, and the PR tests run once more with the
   pre-image's kernel (the identity kernel for every pair) and must fail.
-* The generic op is dispatched for ``aten::_to_copy`` on the device's key (no
-  ``use_gems``: that registers the KunlunXIN op), and checked over every dtype pair and
-  layout of copyfix.generic_conversions against torch's own ``Tensor.to``.
+* The generic op is dispatched for ``aten::_to_copy`` on the device's key (``use_gems``
+  registers the KunlunXIN op here: the generic one is registered over it, alone or inside
+  ``use_gems``), and checked over every dtype pair and layout of
+  copyfix.generic_conversions against torch's own ``Tensor.to``.
 """
 
 import contextlib
@@ -27,6 +28,7 @@ MODE = emulation.activate()  # before flag_gems (and any kernel) is defined
 
 import torch  # noqa: E402
 
+import flag_gems  # noqa: E402
 from copyfix import generic_conversions as gc  # noqa: E402
 
 pytestmark = pytest.mark.harness
@@ -166,10 +168,13 @@ def test_generic_to_converts_as_torch_through_dispatch(guard, src_name):
     ],
 )
 def test_generic_tensor_methods_reach_the_op(guard, method, src_dtype, values):
+    # under use_gems (every FlagGems op registered, copy_ included), the generic op
+    # registered over the KunlunXIN _to_copy, as use_gems registers it on NVIDIA
     x = torch.tensor(values, dtype=src_dtype, device=DEV)
     ref = getattr(x, method)()
-    with spy_kernel_choice(generic_to()) as calls, dispatched(generic_to()):
-        got = getattr(x, method)()
+    with spy_kernel_choice(generic_to()) as calls, flag_gems.use_gems():
+        with dispatched(generic_to()):
+            got = getattr(x, method)()
     assert len(calls) == 1 and gc.differing(got, ref, x) == 0
 
 
