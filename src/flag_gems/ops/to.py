@@ -84,7 +84,7 @@ def to_copy(
     if (
         x.is_complex()
         or dtype.is_complex  # Triton has no complex dtypes
-        or not _triton_converts(x.dtype, dtype)  # float8 conversions
+        or not _triton_converts(x.dtype, dtype)  # float8 conversions, e8m0fnu
         or _is_host_or_transfer(x, device)
     ):
         return torch.ops.aten._to_copy.default.redispatch(
