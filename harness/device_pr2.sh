@@ -13,7 +13,7 @@
 #   up-main, up-5.0.2  the PR test file dropped into a copy of the upstream checkout
 #                      (.upstream/main, .upstream/v5.0.2: src/ and tests/), run with
 #                      PYTHONPATH=src: "before" with the checkout's own ops/copy.py (must fail),
-#                      "after" with this repo's (must pass), then after again with
+#                      "after" with this repo's ops/copy.py and ops/to.py (must pass), then after again with
 #                      `--ref=cpu --quick` (as upstream's tools/test-op.sh runs a test file)
 # Writes to $OUT: generic_conversions_h200.json (both bases: --label merges),
 # pr2_upstream_tests.json (counts per checkout and run), pr2_logs.tgz.
@@ -76,7 +76,7 @@ upstream() {  # LABEL CHECKOUT: the PR test file in a copy of the checkout, befo
   [ -f "$2/pytest.ini" ] && cp "$2/pytest.ini" "$w/"
   sha256sum "$w/src/flag_gems/ops/copy.py" > $LOGS/up-$1-preimage.sha256
   for run in before after after-ref-cpu; do
-    [ $run = after ] && cp src/flag_gems/ops/copy.py "$w/src/flag_gems/ops/copy.py"
+    [ $run = after ] && for f in src/flag_gems/ops/copy.py src/flag_gems/ops/to.py; do cp $f "$w/$f"; done  # PR 2's op files
     local extra="" && [ $run = after-ref-cpu ] && extra="--ref=cpu --quick"
     (cd "$w" && env -u GEMS_VENDOR PYTHONPATH="$w/src${SITE_UP:+:$SITE_UP}" timeout "$(left)" \
       $PY -m pytest -q -p no:cacheprovider $UP_PLUGIN -o addopts="" --tb=line -W ignore \
@@ -99,37 +99,10 @@ for step in ${STEPS:-gc-5.0.2 gc-main up-main up-5.0.2}; do
   echo "=== $step rc=$? $(date +%T)"; grep -v -i "warn" $LOGS/$step.log 2>/dev/null | tail -n 4
 done
 
-$PY - "$LOGS" "$OUT/pr2_upstream_tests.json" "$MACHINE" <<'EOF'
-import json, sys, glob, os
-import xml.etree.ElementTree as ET
-logs, out, machine = sys.argv[1:4]
-try:  # an earlier call's runs (UP_PREV), replaced checkout by checkout
-    runs = json.load(open(out))["checkouts"]
-except (OSError, ValueError, KeyError):
-    runs = {}
-rerun = set()
-for path in sorted(glob.glob(f"{logs}/up-*.xml")):
-    label, run = os.path.basename(path)[3:-4].split("-", 1)
-    suite = ET.parse(path).getroot()
-    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
-    n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
-    failed = [c.get("name") for c in suite.iter("testcase")
-              if c.find("failure") is not None or c.find("error") is not None]
-    n["passed"] = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
-    n["seconds"] = round(float(suite.get("time", 0)), 1)
-    n["failed_cases"] = failed[:40]
-    sha = open(f"{logs}/up-{label}-preimage.sha256").read().split()[0]
-    if label not in rerun:
-        runs[label] = {"checkout_copy_py_sha256": sha}
-        rerun.add(label)
-    runs[label][run] = n
-record = {"machine": machine, "op_commit": os.environ.get("COPYFIX_OP_COMMIT") or None,
-          "test_file": "tests/test_copy_dtype_conversions.py", "checkouts": runs}
-with open(out, "w") as f:
-    json.dump(record, f, indent=1)
-for label, r in runs.items():
-    print(label, {k: (v["passed"], v["failures"] + v["errors"], v["skipped"])
-                  for k, v in r.items() if isinstance(v, dict)}, "(passed, failed, skipped)")
-EOF
+$PY -m copyfix.device_records --logs $LOGS --out "$OUT/pr2_upstream_tests.json" \
+  --machine "$MACHINE" --sha-key checkout_copy_py_sha256 --extra "$($PY -c '
+import json, os
+print(json.dumps({"op_commit": os.environ.get("COPYFIX_OP_COMMIT") or None,
+                  "test_file": "tests/test_copy_dtype_conversions.py"}))')"
 tar -czf "$OUT/pr2_logs.tgz" -C $LOGS .
 echo "=== done $(date +%T), $SECONDS s"; ls -la "$OUT"

@@ -182,3 +182,49 @@ def test_copy_dtype_conversion_strided(src_dtype, dst_dtype, layout):
 )
 def test_copy_dtype_conversion_reported_cases(src_dtype, values, dst_dtype):
     _check_copy(torch.tensor(values, dtype=src_dtype), dst_dtype)
+
+
+# _to_copy (Tensor.to, .bool(), .half(), ...) converts with the same kernels as copy_.
+def _check_to(host_src, dst_dtype, view=lambda t: t, method=None):
+    ref = view(host_src).to(dst_dtype)  # torch on the host
+    src = view(host_src.to(flag_gems.device))
+    with flag_gems.use_gems():
+        res = getattr(src, method)() if method else src.to(dst_dtype)
+    assert res.dtype == dst_dtype and res.stride() == ref.stride()
+    ref = utils.to_reference(_bits(ref).to(flag_gems.device))
+    utils.gems_assert_equal(_bits(res), ref)
+
+
+@pytest.mark.to_copy
+@pytest.mark.parametrize("dst_dtype", DTYPES, ids=_name)
+@pytest.mark.parametrize("src_dtype", DTYPES, ids=_name)
+def test_to_copy_dtype_conversion(src_dtype, dst_dtype):
+    _check_to(_edge_values(src_dtype, dst_dtype), dst_dtype)
+
+
+@pytest.mark.to_copy
+@pytest.mark.parametrize("layout", list(STRIDED_VIEWS))
+@pytest.mark.parametrize(
+    "src_dtype, dst_dtype",
+    STRIDED_PAIRS,
+    ids=lambda d: _name(d) if isinstance(d, torch.dtype) else d,
+)
+def test_to_copy_dtype_conversion_strided(src_dtype, dst_dtype, layout):
+    values = _edge_values(src_dtype, dst_dtype)
+    _check_to(values, dst_dtype, STRIDED_VIEWS[layout])
+
+
+@pytest.mark.to_copy
+@pytest.mark.parametrize(
+    "src_dtype, values, dst_dtype, method",
+    [
+        (torch.float32, [0.5, -0.25, 2.0, 1e-45], torch.bool, "bool"),
+        (torch.float32, [-1.5, -3.0], torch.uint8, None),
+        (torch.int32, [16842753], torch.bfloat16, "bfloat16"),
+        (torch.int64, [2049, 65520, 2**62 + 2**54 + 1], torch.float16, "half"),
+        (torch.float16, [65504.0, -0.0, 6e-08], torch.float32, "float"),
+    ],
+    ids=["bool", "uint8", "int32-bfloat16", "int64-half", "half-float"],
+)
+def test_to_copy_dtype_conversion_reported_cases(src_dtype, values, dst_dtype, method):
+    _check_to(torch.tensor(values, dtype=src_dtype), dst_dtype, method=method)

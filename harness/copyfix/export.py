@@ -149,6 +149,7 @@ BRANCH = "kunlunxin/strided-copy"
 def _prs() -> dict:
     """Every PR `make pr` exports, one `PR(...)` entry each: its files, branch, text."""
     from copyfix import pr_generic
+    from copyfix import pr_kunlunxin_to as pr4
     from copyfix import pr_launch_cache as lc
 
     prs = [
@@ -160,7 +161,15 @@ def _prs() -> dict:
             pr_generic.BRANCH,
             "docs/PR2.md",
         ),
-        PR("launch-cache", lc.FILES, lc.PATCHED[0], lc.BRANCH, "docs/PR3.md", lc.PATCHED),
+        PR(
+            "launch-cache",
+            lc.FILES,
+            lc.PATCHED[0],
+            lc.BRANCH,
+            "docs/PR3.md",
+            lc.PATCHED,
+        ),
+        PR(pr4.NAME, pr4.FILES, pr4.PREIMAGE_PATH, pr4.BRANCH, "docs/PR4.md"),
     ]
     return {pr.name: pr for pr in prs}
 
@@ -176,9 +185,14 @@ def preimages(path: str = COPY_PY) -> list[str]:
 
 
 def check_preimage(tree: Path, pr: "PR") -> None:
-    """Exit with a one-line reason unless `tree` holds a known pre-image of pr's op
-    file and of every file the PR patches."""
-    for path in dict.fromkeys([pr.preimage_path, *pr.patched]):
+    """Exit with a one-line reason unless `tree` holds a known pre-image of each base
+    file pr replaces (its op file, and any other PR file with recorded pre-images)
+    and of every file it patches."""
+    table = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["copyfix"]
+    replaced = [
+        f for f in pr.files if f != pr.preimage_path and f in table["preimages"]
+    ]
+    for path in dict.fromkeys([pr.preimage_path, *replaced, *pr.patched]):
         target = tree / path
         if not target.is_file():
             raise SystemExit(f"{tree} is not a FlagGems checkout (no {path})")

@@ -48,10 +48,41 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]
 OP_RELPATH = "ops/copy.py"
-# sha256 of the base generic copy.py files this PR replaces (pyproject preimages)
+# sha256 of the base files the overlay replaces (pyproject preimages), per op file
 PREIMAGES = {
     "3683ed0fede9f657bed2c2416854c5af6ba8b736a40ea495c3c6dafaeccf4366": "5.0.2",
     "7bffb1675c120a6293e3e057325520db911494cfd7aeb1abcf25ff0cde3ce5a2": "main-2026-08-21",
+}
+TO_PREIMAGES = {
+    "674e7f79131777f44df86e83af694bfd4b575383bb4de65e08cbe19c2aa7b85f": "5.0.2",
+    "77e0bed15012788a707e33831d6c0bcfb62c58721b558950d31ef399b7b357f1": "main-2026-08-21",
+}
+KUNLUNXIN_TO_PREIMAGES = {
+    "bf68048df5af59e4be8be147f30c68c43844bbe46b346880ff4e219717960f91": "5.0.2",
+    "024a37d225d9f9e001b3d3b9b36a9e57fef3aba4757d3415ef6498de7592c8f2": "main-2026-08-21",
+}
+
+
+class Op:
+    """One measured op: its file in flag_gems, the module FlagGems runs, the
+    pre-images, and whether it is ``copy_(dst, src)`` or ``to_copy(src, dtype=)``."""
+
+    def __init__(self, relpath, module, preimages, call, vendor):
+        self.relpath, self.module, self.preimages = relpath, module, preimages
+        self.call, self.vendor = call, vendor
+
+
+OPS = {
+    "copy_": Op(OP_RELPATH, "flag_gems.ops.copy", PREIMAGES, "copy_", "nvidia"),
+    "to_copy": Op("ops/to.py", "flag_gems.ops.to", TO_PREIMAGES, "to_copy", "nvidia"),
+    # the KunlunXIN backend's own _to_copy (vendor kunlunxin: cpu or cuda emulation)
+    "kunlunxin_to_copy": Op(
+        "runtime/backend/_kunlunxin/ops/to.py",
+        "_kunlunxin.ops.to",
+        KUNLUNXIN_TO_PREIMAGES,
+        "to_copy",
+        "kunlunxin",
+    ),
 }
 
 DTYPES = {
@@ -72,6 +103,14 @@ ISSUE_CASES = (
     ("int16", [256, 0, -256, 1], "bool"),
     ("int32", [16842753], "bfloat16"),
     ("float32", [-1.5, -3.0], "uint8"),
+)
+
+# The _to_copy issue's three cases (stock 5.0.2 on the H200): `.bool()`, `.to(uint8)`
+# and int32 -> bfloat16.
+TO_ISSUE_CASES = (
+    ("float32", [0.5, -0.25, 2.0, 1e-45], "bool"),
+    ("float32", [-1.5, -3.0], "uint8"),
+    ("int32", [16842753], "bfloat16"),
 )
 
 # ------------------------------------------------------------------- edge values
@@ -192,28 +231,32 @@ def sha256(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def generic_ops() -> dict:
+def generic_ops(op: str = "copy_") -> dict:
     """{"before": module, "after": module, ...files}: the pre-image and the overlay op."""
     import flag_gems
 
+    spec = OPS[op]
     package = Path(flag_gems.__file__).parent
-    after = importlib.import_module("flag_gems.ops.copy")
-    preimage = package / "_overlay_preimages" / OP_RELPATH
+    after = importlib.import_module(spec.module)
+    preimage = package / "_overlay_preimages" / spec.relpath
     if not preimage.is_file():
         raise RuntimeError(
-            f"{preimage} missing: this flag_gems does not overlay {OP_RELPATH} "
+            f"{preimage} missing: this flag_gems does not overlay {spec.relpath} "
             "(install the repo: pip install -e .)"
         )
     before_sha = sha256(preimage)
-    if before_sha not in PREIMAGES:
-        raise RuntimeError(f"{preimage} is no known base copy.py (sha256 {before_sha})")
-    before = _load(preimage, "flag_gems.ops._copy_preimage")
+    if before_sha not in spec.preimages:
+        raise RuntimeError(f"{preimage} is no known base file (sha256 {before_sha})")
+    # (named inside the op's package, so that a relative import resolves as FlagGems')
+    name = spec.module.rsplit(".", 1)[0] + "._copyfix_preimage_" + op
+    before = _load(preimage, name)
     return {
+        "op": op,
         "before": before,
         "after": after,
         "before_file": {"path": str(preimage), "sha256": before_sha},
         "after_file": {"path": after.__file__, "sha256": sha256(after.__file__)},
-        "base": PREIMAGES[before_sha],
+        "base": spec.preimages[before_sha],
     }
 
 
@@ -239,12 +282,39 @@ def cpu_device_guard():
 
 
 def run_op(module, dst: torch.Tensor, src: torch.Tensor):
-    """module.copy_(dst, src); returns None, or the error's first line."""
+    """module.copy_(dst, src), or dst = module.to_copy(src, dtype=dst.dtype) for a
+    _to_copy module; returns None, or the error's first line."""
     try:
-        module.copy_(dst, src)
+        if hasattr(module, "to_copy"):
+            got = to_copy(module, src, dst.dtype)
+            if got.stride() != dst.stride():
+                return f"layout: strides {got.stride()}, torch's {dst.stride()}"
+            dst.copy_(got)  # (same dtype and strides: a plain copy)
+        else:
+            module.copy_(dst, src)
     except Exception as exc:  # a failed conversion is a result too
         return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     return None
+
+
+def to_copy(module, src: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``module.to_copy(src, dtype=dtype)``, as FlagGems runs it on its device.
+
+    In cpu mode the emulated device is the CPU; the overlay's ``_is_host_or_transfer``
+    is adapted to that (copyfix.emulation.interpreter).  A pre-image checks for host
+    tensors inline and would hand every CPU tensor to aten: there this runs what the
+    pre-image runs on a device, its allocation (empty_like, preserve_format) and its
+    kernel (the kunlunxin one picks its close-interleave kernel for bfloat16 sources).
+    """
+    from copyfix import emulation
+
+    if emulation.MODE != "cpu" or hasattr(module, "_is_host_or_transfer"):
+        return module.to_copy(src, dtype=dtype)
+    out = torch.empty_like(src, dtype=dtype)
+    kernel = module._to_copy_func
+    if src.dtype == torch.bfloat16:
+        kernel = getattr(module, "_to_copy_func_close_interleave", kernel)
+    return kernel(src, out0=out)
 
 
 def measure(ops: dict, device, dtypes=None, layouts=LAYOUTS, sources=None) -> dict:
@@ -259,8 +329,11 @@ def measure(ops: dict, device, dtypes=None, layouts=LAYOUTS, sources=None) -> di
             entry = {}
             for layout in layouts:
                 ref_dst, src = layout_pair(values, dst_dtype, layout, device)
-                try:  # torch's own copy_ (nothing of FlagGems dispatched)
-                    ref_dst.copy_(src)
+                try:  # torch's own copy_ / _to_copy (nothing of FlagGems dispatched)
+                    if hasattr(ops["after"], "to_copy"):
+                        ref_dst = src.to(dst_dtype)
+                    else:
+                        ref_dst.copy_(src)
                 except Exception as exc:  # e.g. a dtype pair torch lacks on this device
                     entry[layout] = {
                         "torch_error": f"{type(exc).__name__}: {exc}"[:200]
@@ -268,7 +341,7 @@ def measure(ops: dict, device, dtypes=None, layouts=LAYOUTS, sources=None) -> di
                     continue
                 row = {"elements": ref_dst.numel()}
                 for which in ("before", "after"):
-                    dst = torch.zeros_like(ref_dst)
+                    dst = torch.zeros_like(ref_dst)  # (strides kept: preserve_format)
                     error = run_op(ops[which], dst, src)
                     if error is None:
                         row[f"{which}_differ"] = differing(dst, ref_dst, src)
@@ -281,9 +354,10 @@ def measure(ops: dict, device, dtypes=None, layouts=LAYOUTS, sources=None) -> di
 
 
 def issue_cases(ops: dict, device) -> list[dict]:
-    """The issue's four cases: torch, before and after values."""
+    """The issue's cases (copy_'s four, or _to_copy's three): torch, before, after."""
     out = []
-    for src_name, values, dst_name in ISSUE_CASES:
+    cases = ISSUE_CASES if ops.get("op", "copy_") == "copy_" else TO_ISSUE_CASES
+    for src_name, values, dst_name in cases:
         src = torch.tensor(values, dtype=DTYPES[src_name], device=device)
         row = {"src": src_name, "dst": dst_name, "values": values}
         ref = torch.empty(src.shape, dtype=DTYPES[dst_name], device=device)
@@ -296,42 +370,13 @@ def issue_cases(ops: dict, device) -> list[dict]:
     return out
 
 
-def to_copy_pairs(device, dtypes, sources) -> dict:
-    """A related path the PR leaves alone: ``_to_copy`` (flag_gems/ops/to.py) stores
-    through an identity kernel as the pre-image copy_ does.  {"src->dst": differing
-    elements, or the error's type}, contiguous, for every src in ``sources``."""
-    to = importlib.import_module("flag_gems.ops.to")
-    out = {}
-    for src_name in sources:
-        values = inputs(src_name).to(device)
-        for dst_name in dtypes:
-            try:
-                ref = values.to(
-                    DTYPES[dst_name]
-                )  # torch's _to_copy (nothing dispatched)
-                got = torch.zeros_like(ref)
-                to._to_copy_func(values, out0=got)
-            except Exception as exc:
-                out[f"{src_name}->{dst_name}"] = type(exc).__name__
-                continue
-            out[f"{src_name}->{dst_name}"] = differing(got, ref, values)
-    return out
-
-
-def related_paths(device, to_copy: dict) -> dict:
-    """The related paths' totals: ``_to_copy`` (see to_copy_pairs), and an in-place
-    pointwise op whose result dtype is narrower than its computation (``add_`` of
-    float64 into float16 / bfloat16: torch rounds through float32, Triton once)."""
+def related_paths(device) -> dict:
+    """A related path no PR here changes: an in-place pointwise op whose result dtype
+    is narrower than its computation (``add_`` of float64 into float16 / bfloat16:
+    torch rounds through float32, Triton once).  (``_to_copy`` was one: ``--op
+    to_copy`` measures it now.)"""
     add = importlib.import_module("flag_gems.ops.add")
-    counts = [n for n in to_copy.values() if isinstance(n, int)]
-    out = {
-        "to_copy": {
-            "differ": sum(counts),
-            "errors": len(to_copy) - len(counts),
-            "pairs": {p: n for p, n in to_copy.items() if n},
-        },
-        "add_": {},
-    }
+    out = {"add_": {}}
     other = inputs("float64").to(device)
     for name in ("float16", "bfloat16"):
         ref = torch.zeros(other.shape, dtype=DTYPES[name], device=device)
@@ -466,12 +511,22 @@ CPU_NOTE = (
 )
 
 
-def _op_commit() -> str | None:
-    if os.environ.get("COPYFIX_OP_COMMIT"):
-        return os.environ["COPYFIX_OP_COMMIT"]
+# The environment variable that names an op's commit where the tree has no .git
+OP_COMMIT_ENV = {
+    "copy_": "COPYFIX_OP_COMMIT",
+    "to_copy": "COPYFIX_TO_COPY_COMMIT",
+    "kunlunxin_to_copy": "COPYFIX_KUNLUNXIN_TO_COPY_COMMIT",
+}
+
+
+def _op_commit(op: str = "copy_") -> str | None:
+    """The last commit that changed the op's file (its OP_COMMIT_ENV variable first)."""
+    if os.environ.get(OP_COMMIT_ENV[op]):
+        return os.environ[OP_COMMIT_ENV[op]]
+    path = f"src/flag_gems/{OPS[op].relpath}"
     try:
         out = subprocess.run(
-            ["git", "log", "-1", "--format=%H", "--", "src/flag_gems/ops/copy.py"],
+            ["git", "log", "-1", "--format=%H", "--", path],
             cwd=REPO, capture_output=True, text=True, check=True,
         ).stdout.strip()  # fmt: skip
     except (OSError, subprocess.CalledProcessError):
@@ -496,26 +551,36 @@ def _versions(device) -> dict:
     }
 
 
-def setup(mode: str) -> str:
-    """Activate ``mode`` (before flag_gems is imported); returns the tensor device."""
-    if mode == "cpu":
-        from copyfix import emulation
+def setup(mode: str, op: str = "copy_") -> str:
+    """Activate ``mode`` (before flag_gems is imported); returns the tensor device.
+    cpu mode is the kunlunxin cpu emulation, whatever the op; cuda mode runs FlagGems'
+    own NVIDIA backend, or the kunlunxin cuda emulation for a kunlunxin op."""
+    from copyfix import emulation
 
+    if mode == "cpu":
         emulation.activate("cpu")
         return "cpu"
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise SystemExit("cuda mode runs compiled Triton: unset TRITON_INTERPRET")
     if "flag_gems" in sys.modules:
         raise SystemExit("cuda mode must set GEMS_VENDOR before flag_gems is imported")
+    if OPS[op].vendor == "kunlunxin":
+        emulation.activate("cuda")  # GEMS_VENDOR=kunlunxin, stock Triton shimmed
+        import flag_gems  # noqa: F401
+
+        return "cuda"
     os.environ["GEMS_VENDOR"] = "nvidia"  # FlagGems' own NVIDIA backend, no emulation
     import flag_gems  # noqa: F401
 
     return "cuda"
 
 
-def merge(path: Path, label: str, section: dict) -> dict:
+def merge(path: Path, label: str, section: dict, key: str | None = None) -> dict:
+    """The file's data with ``section`` as base ``label`` (at its top level, or under
+    ``key``), and the summary summed over the bases there."""
     data = json.loads(path.read_text()) if path.is_file() else {}
-    bases = {**data.get("bases", {}), label: section}
+    part = data.get(key, {}) if key else data
+    bases = {**part.get("bases", {}), label: section}
     summary = {
         "before_differ": 0,
         "after_differ": 0,
@@ -524,10 +589,18 @@ def merge(path: Path, label: str, section: dict) -> dict:
         "torch_errors": 0,
     }
     for sec in bases.values():
-        for key in summary:
-            summary[key] += sec["summary"].get(key, 0)
+        for name in summary:
+            summary[name] += sec["summary"].get(name, 0)
     summary["bases"] = sorted(bases)
-    return {"summary": summary, "bases": dict(sorted(bases.items()))}
+    merged = {"summary": summary, "bases": dict(sorted(bases.items()))}
+    commits = {sec.get("op_commit") for sec in bases.values()}
+    if section.get("op") not in (None, "copy_"):  # (copy_'s files keep their shape)
+        merged = {"op": section["op"], "op_commit": section.get("op_commit"), **merged}
+        if len(commits) > 1:
+            merged["op_commits"] = {b: sec.get("op_commit") for b, sec in bases.items()}
+    if key:
+        return {**data, key: merged}
+    return {**{k: v for k, v in data.items() if k not in merged}, **merged}
 
 
 def _start_jobs(args, mode: str, names: list[str]) -> list:
@@ -546,8 +619,27 @@ def _start_jobs(args, mode: str, names: list[str]) -> list:
             str(args.out),
         ]
         cmd += ["--mode", mode, "--part", str(part), "--dtypes", *names]
+        cmd += ["--op", args.op]
         procs.append((subprocess.Popen([*cmd, "--sources", *sources]), part))
     return procs
+
+
+def print_summaries(path: Path) -> int:
+    """One line per base (and per section: the kunlunxin one) of a results file."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"no results file: {exc}")
+        return 1
+    parts = {"": data, **{k: v for k, v in data.items() if k == "kunlunxin"}}
+    for name, part in parts.items():
+        for base, sec in part.get("bases", {}).items():
+            s = sec["summary"]
+            print(
+                f"{name or sec.get('op', 'copy_')} {base}: before_differ {s['before_differ']} "
+                f"after_differ {s['after_differ']} (errors {s['before_errors']}/{s['after_errors']})"
+            )
+    return 0
 
 
 def main(argv=None) -> int:
@@ -555,9 +647,23 @@ def main(argv=None) -> int:
         prog="copyfix.generic_conversions", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
-        "--out", required=True, type=Path, help="JSON file (merged into if it exists)"
+        "--out", type=Path, help="JSON file (merged into if it exists; required)"
+    )
+    parser.add_argument(
+        "--summary", type=Path, help="print a results file's summaries and exit"
     )
     parser.add_argument("--mode", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument(
+        "--op",
+        choices=sorted(OPS),
+        default="copy_",
+        help="the op measured (default copy_); kunlunxin_to_copy's cuda mode is the "
+        "kunlunxin cuda emulation",
+    )
+    parser.add_argument(
+        "--section",
+        help="merge into this key of the file (e.g. kunlunxin), not its top level",
+    )
     parser.add_argument(
         "--label", help="the FlagGems base's name (default: from the pre-image)"
     )
@@ -579,6 +685,10 @@ def main(argv=None) -> int:
     parser.add_argument("--sources", nargs="*", help=argparse.SUPPRESS)  # a job's part
     parser.add_argument("--part", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.summary:
+        return print_summaries(args.summary)
+    if args.out is None:
+        parser.error("--out is required")
     if args.ptx:
         plan = json.loads(Path(args.ptx[1]).read_text())
         print(json.dumps(ptx_conversions(args.ptx[0], plan)))
@@ -588,15 +698,14 @@ def main(argv=None) -> int:
         mode = "cuda" if torch.cuda.is_available() else "cpu"
     names = list(args.dtypes or DTYPES)
     jobs = _start_jobs(args, mode, names) if args.jobs > 1 else []
-    device = setup(mode)
-    ops = generic_ops()
+    device = setup(mode, args.op)
+    ops = generic_ops(args.op)
     guard = cpu_device_guard() if mode == "cpu" else contextlib.nullcontext()
     with guard:
         mine = args.sources or (names[:: args.jobs] if jobs else names)
         pairs = measure(ops, device, names, sources=mine)
-        to_copy = to_copy_pairs(device, names, mine)
         if args.part:  # a job: hand the pairs back to the parent
-            args.part.write_text(json.dumps({"pairs": pairs, "to_copy": to_copy}))
+            args.part.write_text(json.dumps({"pairs": pairs}))
             return 0
         cases = issue_cases(ops, device)
         for proc, part in jobs:
@@ -604,30 +713,33 @@ def main(argv=None) -> int:
                 raise SystemExit(f"a job failed (rc {proc.returncode}): {proc.args}")
             got = json.loads(part.read_text())
             pairs.update(got["pairs"])
-            to_copy.update(got["to_copy"])
             part.unlink()
-        related = related_paths(device, to_copy)
+        related = related_paths(device) if args.op == "copy_" else None
     pairs = {f"{s}->{d}": pairs[f"{s}->{d}"] for s in names for d in names}
+    vendor = OPS[args.op].vendor
     section = {
+        "op": args.op,
         "mode": "cpu (Triton interpreter, copyfix cpu emulation)" if mode == "cpu"
-        else "cuda (compiled Triton, GEMS_VENDOR=nvidia, no emulation)",
+        else "cuda (compiled Triton, GEMS_VENDOR=nvidia, no emulation)" if vendor == "nvidia"
+        else "cuda (compiled Triton, GEMS_VENDOR=kunlunxin, copyfix cuda emulation)",
         "machine": args.machine or f"{platform.node() or 'host'}: {os.cpu_count()} CPUs, {platform.machine()}",
         "versions": _versions(device),
-        "op_commit": _op_commit(),
+        "op_commit": _op_commit(args.op),
         "base": ops["base"],
         "before_file": ops["before_file"],
         "after_file": ops["after_file"],
         "dtypes": names,
         "layouts": list(LAYOUTS),
-        "compared": "bit for bit with torch's copy_ on the same device; NaN by class; "
-        "C-undefined float -> integer values excluded",
+        "compared": f"bit for bit with torch's {'copy_' if args.op == 'copy_' else '_to_copy (Tensor.to)'} "
+        "on the same device; NaN by class; C-undefined float -> integer values excluded"
+        + ("" if args.op == "copy_" else "; a result with other strides than torch's is an error"),
         "notes": CPU_NOTE if mode == "cpu" else None,
         "summary": summarise(pairs),
         "issue_cases": cases,
         "related": related,
         "pairs": pairs,
     }  # fmt: skip
-    data = merge(args.out, args.label or ops["base"], section)
+    data = merge(args.out, args.label or ops["base"], section, args.section)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, indent=1) + "\n")
     s = section["summary"]
@@ -637,15 +749,8 @@ def main(argv=None) -> int:
         f"after {s['after_differ']} ({s['after_errors']} errors) -> {args.out}"
     )
     print("pairs differing after:", s["pairs_after_differ"])
-    print(
-        "related paths:",
-        json.dumps(
-            {
-                k: {q: w for q, w in v.items() if q != "pairs"}
-                for k, v in related.items()
-            }
-        ),
-    )
+    if related:
+        print("related paths:", json.dumps(related))
     return 0
 
 

@@ -7,6 +7,7 @@ the KunlunXIN strided copy_, is a separate branch; neither imports from the othe
 PREIMAGE_PATH = "src/flag_gems/ops/copy.py"
 FILES = [
     PREIMAGE_PATH,
+    "src/flag_gems/ops/to.py",  # _to_copy: the same conversion kernels (a pre-image too)
     "tests/test_copy_dtype_conversions.py",
 ]
 BRANCH = "generic/copy-dtype-conversions"

@@ -467,6 +467,29 @@ def patch_flag_gems_cpu(base: str) -> None:
     # (the attribute flag_gems.utils.libentry is the decorator function, not the module)
     _patch_libentry(sys.modules["flag_gems.utils.libentry"])
     _register_on_cpu(flag_gems, base)
+    _to_copy_on_the_emulated_device()
+
+
+# The _to_copy modules whose host check the emulation adapts (this overlay's files).
+TO_COPY_MODULES = ("flag_gems.ops.to", "_kunlunxin.ops.to")
+
+
+def _to_copy_on_the_emulated_device() -> None:
+    # --- this overlay's flag_gems/ops/to.py and _kunlunxin/ops/to.py (written over
+    # flag_gems 5.0.2 and main 2026-08-21): `_is_host_or_transfer(x, device)` sends host
+    # tensors (device type "cpu") and copies between devices to aten, as upstream's
+    # to.py does inline.  In cpu mode the emulated device *is* the CPU (see
+    # _register_on_cpu), so there only a copy to another device is a transfer: without
+    # this, `.to()` on the emulated device would never reach a Triton kernel.  Pre-images
+    # (upstream's inline check) have no such helper and are left as they are.
+    for name in TO_COPY_MODULES:
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "_is_host_or_transfer"):
+            module._is_host_or_transfer = _is_transfer
+
+
+def _is_transfer(x, device) -> bool:
+    return device != x.device
 
 
 def _provide_interpreter_driver() -> None:

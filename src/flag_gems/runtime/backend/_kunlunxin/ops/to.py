@@ -1,0 +1,223 @@
+# Copyright 2026 FlagOS Contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+import logging
+import os
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ..utils.codegen_config_utils import CodeGenConfig
+from ..utils.pointwise_dynamic import pointwise_dynamic
+
+logger = logging.getLogger(__name__)
+
+_FALLBACK_KEYSET = torch._C.DispatchKeySet(
+    torch._C.DispatchKey.CompositeExplicitAutograd
+)
+
+_FLOAT8_E8M0FNU = getattr(torch, "float8_e8m0fnu", None)
+
+# bfloat16 on either side of a conversion: the XPU interleave pass stays off.
+close_interleave_config = CodeGenConfig(
+    512,
+    (65536, 65536, 65536),
+    32,
+    True,
+    prefer_1d_tile=True,
+    isCloseInterleave=True,
+)
+
+
+@pointwise_dynamic(is_tensor=[True], promotion_methods=[(0, "DEFAULT")])
+@triton.jit
+def _to_copy_func(x):
+    return x
+
+
+@pointwise_dynamic(
+    is_tensor=[True],
+    promotion_methods=[(0, "DEFAULT")],
+    config=close_interleave_config,
+)
+@triton.jit
+def _to_copy_func_close_interleave(x):
+    return x
+
+
+# Where a store into the output would not convert as torch does, _to_copy runs
+# one of these kernels instead (_kernel_for).
+
+
+# torch: nonzero is True (0.5, 256 and NaN too); a store into bool goes through int8.
+@pointwise_dynamic(
+    is_tensor=[True],
+    promotion_methods=[(0, "ALWAYS_BOOL")],
+    config=close_interleave_config,
+)
+@triton.jit
+def _to_bool_func(x):
+    return x != 0
+
+
+# torch: float -> int64 -> uint8 (-1.5 -> 255); a float -> uint8 store saturates.
+@pointwise_dynamic(
+    is_tensor=[True],
+    promotion_methods=[(0, "DEFAULT")],
+    config=close_interleave_config,
+)
+@triton.jit
+def _float_to_uint8_func(x):
+    return x.to(tl.int64)
+
+
+# torch: anything -> float32 -> bfloat16, rounded to nearest even (an integer or
+# a float64 is rounded twice). Rounded here on the float32 bits, so the result
+# does not depend on how the backend lowers an f32 -> bf16 store (the default
+# lowering and TRITONXPU_BF16_FAST's differ on exact ties), and no 16-bit value
+# is converted to bfloat16 directly.
+@pointwise_dynamic(
+    is_tensor=[True],
+    promotion_methods=[(0, "DEFAULT")],
+    config=close_interleave_config,
+)
+@triton.jit
+def _to_bf16_func(x):
+    x = x.to(tl.float32)
+    bits = tl.where(x != x, 0x7FC00000, x.to(tl.uint32, bitcast=True))
+    bits += 0x7FFF + ((bits >> 16) & 1)
+    return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+
+
+# torch: float64 -> float32 -> float16 (two roundings); a store rounds once.
+@pointwise_dynamic(is_tensor=[True], promotion_methods=[(0, "DEFAULT")])
+@triton.jit
+def _through_fp32_func(x):
+    return x.to(tl.float32)
+
+
+def _is_float8(dtype: torch.dtype) -> bool:
+    return dtype.is_floating_point and dtype.itemsize == 1
+
+
+def _use_aten(src_dtype: torch.dtype, dst_dtype: torch.dtype) -> bool:
+    if src_dtype.is_complex or dst_dtype.is_complex:
+        return True  # Triton on kunlunxin has no complex dtypes
+    if _FLOAT8_E8M0FNU is not None and _FLOAT8_E8M0FNU in (src_dtype, dst_dtype):
+        return True  # Triton has no float8_e8m0fnu
+    # Triton saturates where torch overflows to inf (float8_e5m2), and cannot
+    # convert integers to or from float8.
+    return src_dtype != dst_dtype and (_is_float8(src_dtype) or _is_float8(dst_dtype))
+
+
+def _kernel_for(src_dtype: torch.dtype, dst_dtype: torch.dtype):
+    """The kernel that converts src_dtype to dst_dtype as torch does."""
+    if src_dtype != dst_dtype:
+        if dst_dtype == torch.bool:
+            return _to_bool_func
+        if dst_dtype == torch.bfloat16:
+            return _to_bf16_func
+        if dst_dtype == torch.uint8 and src_dtype.is_floating_point:
+            return _float_to_uint8_func
+        if dst_dtype == torch.float16 and src_dtype == torch.float64:
+            return _through_fp32_func
+    if src_dtype == torch.bfloat16:
+        return _to_copy_func_close_interleave
+    return _to_copy_func
+
+
+def _is_host_or_transfer(x: torch.Tensor, device: torch.device) -> bool:
+    # Host tensors and copies between devices (h2d, d2h, d2d) are PyTorch's.
+    return device != x.device or x.device.type == "cpu"
+
+
+def _empty_out(x: torch.Tensor, dtype, memory_format) -> torch.Tensor:
+    if memory_format is torch.preserve_format and (
+        torch.ops.aten.is_non_overlapping_and_dense(x)
+    ):
+        # as torch: a dense layout is kept stride for stride
+        return torch.empty_strided(x.size(), x.stride(), dtype=dtype, device=x.device)
+    # otherwise torch's suggestion (preserve_format) or the asked-for format
+    return torch.empty_like(x, dtype=dtype, memory_format=memory_format)
+
+
+def _resolve_dtype(x: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.dtype:
+    if dtype is None:
+        return x.dtype
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"Unsupported dtype argument type: {type(dtype)!r}")
+    return dtype
+
+
+# func: _to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None,
+#   bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor
+def to_copy(
+    x,
+    *,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+    non_blocking=False,
+    memory_format=None,
+):
+    # Only dense strided tensors are implemented.
+    if (layout is not None and layout != torch.strided) or x.layout != torch.strided:
+        raise NotImplementedError(
+            "FlagGems to_copy currently supports strided tensors only."
+        )
+    if pin_memory is not None:
+        raise NotImplementedError(
+            "FlagGems to_copy does not yet support pin_memory=True."
+        )
+    if x.is_quantized:
+        raise NotImplementedError(
+            "Quantized tensors are not supported in FlagGems to_copy yet."
+        )
+
+    dtype = _resolve_dtype(x, dtype)
+    device = x.device if device is None else torch.device(device)
+    if memory_format is None:
+        memory_format = torch.preserve_format
+
+    if _use_aten(x.dtype, dtype) or _is_host_or_transfer(x, device):
+        return torch.ops.aten._to_copy.default.redispatch(
+            _FALLBACK_KEYSET,
+            x,
+            dtype=dtype,
+            layout=layout,
+            device=device,
+            pin_memory=pin_memory,
+            non_blocking=non_blocking,
+            memory_format=memory_format,
+        )
+
+    logger.debug("GEMS_KUNLUNXIN TO_COPY")
+    out = _empty_out(x, dtype, memory_format)
+    kernel = _kernel_for(x.dtype, dtype)
+    if out.element_size() != 8:
+        return kernel(x, out0=out)
+    # The XPU compiler reads its local-memory element size from the environment
+    # when it compiles; no CodeGenConfig field or launch option carries it.
+    previous = os.environ.get("TRITONXPU_ELEMBYTES")
+    os.environ["TRITONXPU_ELEMBYTES"] = "8"
+    try:
+        return kernel(x, out0=out)
+    finally:
+        if previous is None:
+            del os.environ["TRITONXPU_ELEMBYTES"]
+        else:
+            os.environ["TRITONXPU_ELEMBYTES"] = previous

@@ -1,0 +1,316 @@
+"""_to_copy (Tensor.to, .bool(), .half(), ...) converts as torch does (harness tests).
+
+Both ops the overlay replaces: the generic ``flag_gems/ops/to.py`` (PR 2, which shares
+copy_'s conversion kernels) and the KunlunXIN ``_kunlunxin/ops/to.py`` (PR 4).
+
+* The PR tests (``tests/test_copy_dtype_conversions.py -k to_copy`` and
+  ``tests/test_to_copy_conversions.py``) call ``.to()`` under ``flag_gems.use_gems()``,
+  which here dispatches the KunlunXIN op.  A ``.to()`` that does not reach it would
+  still be right: aten's ``_to_copy`` copies through FlagGems' ``copy_``.  So a spy on
+  the op's kernel choice proves they reach it, and the PR tests run once more with the
+  pre-image's kernel (the identity kernel for every pair) and must fail.
+* The generic op is dispatched for ``aten::_to_copy`` on the device's key (``use_gems``
+  registers the KunlunXIN op here: the generic one is registered over it, alone or inside
+  ``use_gems``), and checked over every dtype pair and layout of
+  copyfix.generic_conversions against torch's own ``Tensor.to``.
+"""
+
+import contextlib
+import importlib
+import os
+import sys
+
+import pytest
+
+from copyfix import emulation
+
+MODE = emulation.activate()  # before flag_gems (and any kernel) is defined
+
+import torch  # noqa: E402
+
+import flag_gems  # noqa: E402
+from copyfix import generic_conversions as gc  # noqa: E402
+
+pytestmark = pytest.mark.harness
+
+KEY = "CPU" if MODE == "cpu" else "CUDA"
+DEV = emulation.device()
+
+
+def kunlunxin_to():
+    return sys.modules["_kunlunxin.ops.to"]
+
+
+def generic_to():
+    return importlib.import_module("flag_gems.ops.to")
+
+
+@contextlib.contextmanager
+def spy_kernel_choice(module):
+    """Counts the op's Triton path: every call of its ``_kernel_for``."""
+    calls = []
+    stock = module._kernel_for
+
+    def spy(*args):
+        calls.append(args)
+        return stock(*args)
+
+    module._kernel_for = spy
+    try:
+        yield calls
+    finally:
+        module._kernel_for = stock
+
+
+@contextlib.contextmanager
+def dispatched(module):
+    """``aten::_to_copy`` on the device's key runs ``module.to_copy`` while open."""
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("_to_copy", lambda x, **kwargs: module.to_copy(x, **kwargs), KEY)
+    try:
+        yield
+    finally:
+        lib._destroy()
+
+
+@pytest.fixture(scope="module")
+def guard():
+    with gc.cpu_device_guard() if MODE == "cpu" else contextlib.nullcontext():
+        yield
+
+
+# --- the PR tests reach the KunlunXIN op, and fail without its kernels
+
+
+def _pr_module():
+    return importlib.import_module("tests.test_copy_dtype_conversions")
+
+
+def _pr4_module():
+    return importlib.import_module("tests.test_to_copy_conversions")
+
+
+REPORTED = [
+    (torch.float32, [0.5, -0.25, 2.0, 1e-45], torch.bool, "bool"),
+    (torch.float32, [-1.5, -3.0], torch.uint8, None),
+    (torch.int32, [16842753], torch.bfloat16, "bfloat16"),
+]
+
+
+@pytest.mark.parametrize("case", REPORTED, ids=["bool", "uint8", "bfloat16"])
+def test_pr_test_reaches_the_kunlunxin_op(case):
+    src_dtype, values, dst_dtype, method = case
+    with spy_kernel_choice(kunlunxin_to()) as calls:
+        _pr_module().test_to_copy_dtype_conversion_reported_cases(
+            src_dtype, values, dst_dtype, method
+        )
+    assert calls == [(src_dtype, dst_dtype)]
+
+
+def test_pr_tests_fail_with_the_preimage_kernel(monkeypatch):
+    module = kunlunxin_to()
+    monkeypatch.setattr(module, "_kernel_for", lambda s, d: module._to_copy_func)
+    pr = _pr_module()
+    for src_dtype, values, dst_dtype, method in REPORTED:
+        if MODE == "cpu" and dst_dtype == torch.uint8:
+            continue  # the interpreter wraps -1.5 into uint8 as numpy does (255)
+        with pytest.raises(AssertionError):
+            pr.test_to_copy_dtype_conversion_reported_cases(
+                src_dtype, values, dst_dtype, method
+            )
+    with pytest.raises(AssertionError):
+        pr.test_to_copy_dtype_conversion(torch.int64, torch.bfloat16)
+    with pytest.raises(AssertionError):
+        _pr4_module().test_to_bfloat16(torch.int32, "contiguous")
+
+
+def test_pr4_test_reaches_the_kunlunxin_op():
+    with spy_kernel_choice(kunlunxin_to()) as calls:
+        _pr4_module().test_reported_cases("bool")
+    assert calls == [(torch.float32, torch.bool)] * 3  # (three layouts)
+
+
+# --- the generic op, dispatched
+
+
+def _check_pairs(module, src_name):
+    values = gc.inputs(src_name)
+    bad = {}
+    for dst_name, dst_dtype in gc.DTYPES.items():
+        for layout in gc.LAYOUTS:
+            _, src = gc.layout_pair(values, dst_dtype, layout, DEV)
+            # (copy=True: a same-dtype .to() reaches _to_copy too)
+            ref = src.to(dst_dtype, copy=True)  # torch (nothing of FlagGems dispatched)
+            with dispatched(module):
+                got = src.to(dst_dtype, copy=True)
+            n = gc.differing(got, ref, src)
+            if n or got.stride() != ref.stride():
+                bad[f"{layout}-{src_name}->{dst_name}"] = (n, got.stride())
+    return bad
+
+
+@pytest.mark.parametrize("src_name", list(gc.DTYPES))
+def test_generic_to_converts_as_torch_through_dispatch(guard, src_name):
+    with spy_kernel_choice(generic_to()) as calls:
+        assert _check_pairs(generic_to(), src_name) == {}
+    # float8 conversions go to aten; everything else takes a kernel of copy_
+    triton = [d for d in gc.DTYPES if d == src_name or "float8" not in src_name + d]
+    assert len(calls) == len(triton) * len(gc.LAYOUTS)
+
+
+@pytest.mark.parametrize(
+    "method, src_dtype, values",
+    [
+        ("bool", torch.float32, [0.5, -0.25, 2.0, 1e-45, float("nan")]),
+        ("bfloat16", torch.int32, [16842753, -16842753]),
+        ("half", torch.float64, [1 + 2**-11 + 2**-40, 65520 - 2**-20]),
+        ("float", torch.float64, [1e300, 2.0**-149]),
+    ],
+)
+def test_generic_tensor_methods_reach_the_op(guard, method, src_dtype, values):
+    # under use_gems (every FlagGems op registered, copy_ included), the generic op
+    # registered over the KunlunXIN _to_copy, as use_gems registers it on NVIDIA
+    x = torch.tensor(values, dtype=src_dtype, device=DEV)
+    ref = getattr(x, method)()
+    with spy_kernel_choice(generic_to()) as calls, flag_gems.use_gems():
+        with dispatched(generic_to()):
+            got = getattr(x, method)()
+    assert len(calls) == 1 and gc.differing(got, ref, x) == 0
+
+
+def test_generic_preimage_differs_on_the_issue_cases(guard):
+    ops = gc.generic_ops("to_copy")
+    for row in gc.issue_cases(ops, DEV):
+        assert row["after"] == row["torch"], row
+        if MODE == "cpu" and row["dst"] == "uint8":
+            continue  # (the interpreter wraps, see above)
+        assert row["before"] != row["torch"], row
+
+
+# --- semantics kept: fallbacks, layouts, errors
+
+
+@pytest.mark.parametrize("which", ["generic", "kunlunxin"])
+def test_fallbacks_and_layouts(guard, which):
+    module = generic_to() if which == "generic" else kunlunxin_to()
+    x = torch.arange(24, dtype=torch.float32, device=DEV).reshape(2, 3, 4) - 5.5
+    with spy_kernel_choice(module) as calls, dispatched(module):
+        meta = x.to("meta", torch.float16)  # a transfer: aten
+        cplx = x.to(torch.complex64)  # complex: aten
+        f8 = x.to(torch.float8_e5m2)  # float8 conversion: aten
+        assert not calls
+        perm = x.permute(2, 0, 1).to(torch.uint8)  # dense: strides kept
+        sliced = x[:, ::2].to(torch.bool)  # not dense: contiguous
+        cont = x.transpose(0, 2).to(
+            torch.bfloat16, memory_format=torch.contiguous_format
+        )
+        last = x.reshape(1, 2, 3, 4).to(torch.int32, memory_format=torch.channels_last)
+    assert len(calls) == 4
+    assert meta.device.type == "meta" and meta.dtype == torch.float16
+    assert torch.equal(cplx, x.to(torch.complex64))
+    assert torch.equal(f8.view(torch.uint8), x.to(torch.float8_e5m2).view(torch.uint8))
+    for got, ref in (
+        (perm, x.permute(2, 0, 1).to(torch.uint8)),
+        (sliced, x[:, ::2].to(torch.bool)),
+        (
+            cont,
+            x.transpose(0, 2).to(torch.bfloat16, memory_format=torch.contiguous_format),
+        ),
+        (
+            last,
+            x.reshape(1, 2, 3, 4).to(torch.int32, memory_format=torch.channels_last),
+        ),
+    ):
+        assert got.stride() == ref.stride() and torch.equal(got, ref)
+
+
+@pytest.mark.parametrize("which", ["generic", "kunlunxin"])
+def test_bad_input_raises_as_torch(guard, which):
+    module = generic_to() if which == "generic" else kunlunxin_to()
+    x = torch.ones(4, device=DEV)
+    with pytest.raises(RuntimeError) as torch_error:
+        x.to(torch.bfloat16, memory_format=torch.channels_last)
+    with dispatched(module), pytest.raises(RuntimeError) as ours:
+        x.to(torch.bfloat16, memory_format=torch.channels_last)
+    assert str(ours.value) == str(torch_error.value)
+
+
+# --- the KunlunXIN op sets no TRITONXPU_BF16_FAST, and scopes TRITONXPU_ELEMBYTES
+
+
+def test_kunlunxin_launch_environment(guard, monkeypatch):
+    module = kunlunxin_to()
+    seen = []
+
+    def record(stock):
+        def launch(*args, **kwargs):
+            seen.append(
+                (
+                    os.environ.get("TRITONXPU_BF16_FAST"),
+                    os.environ.get("TRITONXPU_ELEMBYTES"),
+                )
+            )
+            return stock(*args, **kwargs)
+
+        return launch
+
+    stock_choice = module._kernel_for
+    monkeypatch.setattr(module, "_kernel_for", lambda s, d: record(stock_choice(s, d)))
+    monkeypatch.delenv("TRITONXPU_BF16_FAST", raising=False)
+    monkeypatch.setenv("TRITONXPU_ELEMBYTES", "4")  # a caller's own value
+    x = torch.tensor([1.00390625, 1.01171875, -3.0], device=DEV)
+    module.to_copy(x, dtype=torch.bfloat16)
+    module.to_copy(x, dtype=torch.int64)
+    assert seen == [(None, "4"), (None, "8")]
+    assert os.environ["TRITONXPU_ELEMBYTES"] == "4"
+    monkeypatch.delenv("TRITONXPU_ELEMBYTES")
+    module.to_copy(x, dtype=torch.float64)
+    assert "TRITONXPU_ELEMBYTES" not in os.environ
+
+
+def test_host_check_is_the_emulation_s_only_change():
+    # the files send host tensors to aten; cpu mode alone treats the CPU as the device
+    from copyfix.emulation import interpreter
+
+    for name in interpreter.TO_COPY_MODULES:
+        module = sys.modules[name]
+        path = module.__file__
+        fresh = gc._load(path, name.rsplit(".", 1)[0] + "._copyfix_fresh_to")
+        cpu = torch.zeros(2)
+        assert fresh._is_host_or_transfer(cpu, cpu.device)
+        assert fresh._is_host_or_transfer(cpu, torch.device("meta"))
+        patched = module._is_host_or_transfer is interpreter._is_transfer
+        assert patched == (MODE == "cpu")
+
+
+def test_measurement_counts_before_and_after(guard):
+    names = ["bool", "uint8", "int32", "bfloat16", "float32"]
+    for op in ("to_copy", "kunlunxin_to_copy"):
+        summary = gc.summarise(gc.measure(gc.generic_ops(op), DEV, names))
+        assert summary["before_differ"] > 0 and summary["after_differ"] == 0
+        assert summary["after_errors"] == 0
+
+
+def test_kunlunxin_kernels_compile_with_no_bf16_conversion_left(guard, tmp_path):
+    # Compiled Triton (PTX for sm_90, no GPU): every bfloat16 output is stored as the
+    # bits the kernel rounded, so no backend lowering of an f32 -> bf16 conversion (what
+    # TRITONXPU_BF16_FAST selects on the XPU) is left; the pre-image converts directly.
+    from test_generic_copy import _ptx  # (tests/harness is on sys.path, no package)
+
+    module = kunlunxin_to()
+    plan = {}
+    for src in ("int32", "int16", "float16", "float32", "float64", "bool"):
+        plan[f"{src}->bfloat16"] = module._kernel_for(
+            gc.DTYPES[src], torch.bfloat16
+        )._scalar_fn.__name__
+    after = _ptx(module.__file__, plan, tmp_path)
+    before = _ptx(
+        gc.generic_ops("kunlunxin_to_copy")["before_file"]["path"],
+        dict.fromkeys(plan, "_to_copy_func"),
+        tmp_path,
+    )
+    assert set(plan.values()) == {"_to_bf16_func"}
+    for pair, cvts in after.items():
+        assert not [c for c in cvts if ".bf16." in c], (pair, cvts)
+    assert "cvt.rn.bf16.s32" in before["int32->bfloat16"]
+    assert "cvt.rn.bf16.f64" in before["float64->bfloat16"]
