@@ -63,7 +63,8 @@ else
   unset COPYFIX_EMULATION
   PY=python3 MODE=cuda TC_JSON=$OUT/to_copy_conversions_h200.json
   UP_MAIN=.upstream/main UP_502=.upstream/v5.0.2
-  SITE=/tmp/site:$REPO/build/composed:$REPO/harness UP_PLUGIN="" SITE_UP=/tmp/site
+  # (copyfix.upstream_xdist: v5.0.2's conftest under xdist, see that module)
+  SITE=/tmp/site:$REPO/build/composed:$REPO/harness UP_PLUGIN="-p copyfix.upstream_xdist" SITE_UP=/tmp/site:$REPO/harness
   MAIN_SITE=/tmp/site:/tmp/tc27main/build/composed:/tmp/tc27main/harness
   : "${UP_ARGS:=-n 8}" "${K_PR:=to_copy}" "${K_UP:=}"
 fi
