@@ -169,7 +169,9 @@ def test_dispatched_module_is_the_kunlunxin_copy_with_1d_tile_config():
 
 def test_generated_wrapper_launches_12_ctas(spies):
     module = spies.module
+    # (PR 3 composed: instantiate returns the generated wrapper behind its launch cache)
     overload = module._copy_kernel.instantiate(2)
+    overload = getattr(overload, "__wrapped__", overload)
     source = open(overload.__code__.co_filename).read()
     assert str(emulation.cache_dir()) in overload.__code__.co_filename
     assert "num_ctas = 12 # XPU BLOCK_NUM" in source
@@ -506,7 +508,8 @@ def test_the_base_is_read_from_the_flag_gems_that_is_imported(tmp_path):
     fake = tmp_path / "flag_gems"
     for rel in emulation.FLAGGEMS_BASES[emulation.BASE]:
         (fake / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(package / rel, fake / rel)
+        kept = package / "_overlay_preimages" / rel  # (a file PR 3 patches)
+        shutil.copy(kept if kept.is_file() else package / rel, fake / rel)
     assert emulation.flag_gems_base(fake) == emulation.BASE
     (fake / "utils" / "libentry.py").write_text("# another LibEntry\n")
     (fake / "__init__.py").write_text('__version__ = "5.4.0"\n')
