@@ -332,8 +332,11 @@ def test_copy_functional_clones_template_as_aten(name):
 @pytest.mark.copy_
 def test_copy_direct_call_with_sparse_source():
     # other ops call flag_gems.copy_ directly: a sparse source gets torch's error
+    # (torch's error on the device: its text names the device's tensor types)
     host_sparse = torch.eye(3).to_sparse()
-    kind, message = _torch_error(lambda: torch.zeros(3, 3).copy_(host_sparse))
+    kind, message = _torch_error(
+        lambda: torch.zeros(3, 3, device=DEVICE).copy_(host_sparse.to(DEVICE))
+    )
     dst = torch.zeros(3, 3, device=DEVICE)
     with pytest.raises(kind) as info:
         flag_gems.copy_(dst, host_sparse.to(DEVICE))
