@@ -492,3 +492,19 @@ def test_copy_dispatched_under_use_gems_hits(layout, dtype):
                 want = torch.empty_like(dst).copy_(src)
             assert same(dst, want) and torch.equal(dst.cpu(), src.cpu())
     assert lc.stats()["hits"] >= 2
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_what_the_key_leaves_out_does_not_change_the_launch(flavour):
+    """Negated views and requires_grad are not in the key: the uncached launch and its
+    empty_like read neither, so a hit must give the same bits and layout."""
+    f = FNS[flavour].axpy
+    x = rand(4, 6)
+    variants = [x, x._neg_view(), rand(4, 6, seed=5).requires_grad_(), x.t().t()]
+    for v in variants:  # one signature: the first records, the rest hit
+        got = f(v, 2.0, v)
+        with cache_off():  # (on v itself: a clone would resolve the negation)
+            want = f(v, 2.0, v)
+        assert same(got, want)
+        assert not got.is_neg() and not got.requires_grad
+    assert f._launch_cache.hits == len(variants) - 1
