@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Harness: the GPU runs behind the recorded figures, on the lent NVIDIA machine (cuda mode).
 #   bash harness/device_run.sh STEP...
-# Steps: probe suite host host-again bench main-suite main-host upstream main-upstream
-# upstream-ci main-upstream-ci pr2. JSON results land in $OUT, the logs in
+# Steps: probe suite bench main-suite upstream main-upstream
+# upstream-ci main-upstream-ci pr2. (Host cost per call: harness/device_launch_cache.sh cost.) JSON results land in $OUT, the logs in
 # $OUT/logs.tgz (the device tool brings back at most 8 files). Upstream FlagGems travels
 # in .upstream/ (git-ignored; made from the fetched mirror, never committed):
 #   G=<mirror git dir>; mkdir -p .upstream
@@ -39,14 +39,8 @@ for step in "$@"; do
   case $step in
     probe) timeout "$(left)" python3 -m copyfix.probe_conversions --out "$OUT/conversions_h200.json" > "$log" 2>&1 ;;
     suite) timeout "$(left)" $PYTEST > "$log" 2>&1 ;;
-    host) timeout "$(left)" python3 -m copyfix.bench host --profile > "$log" 2>&1; cp results/copy_host_overhead_h200.json "$OUT/" ;;
-    host-again)  # the spread between runs of one op on one machine start: kept with the logs
-      n=$(ls $LOGS | grep -c '^host-again-')
-      timeout "$(left)" python3 -m copyfix.bench host > "$log" 2>&1
-      cp results/copy_host_overhead_h200.json "$LOGS/host-again-$n.json" ;;
     bench) timeout "$(left)" python3 -m copyfix.bench $BENCH_ARGS > "$log" 2>&1; cp results/copy_perf_accuracy_h200.json "$OUT/" ;;
     main-suite) (main_env && timeout "$(left)" $PYTEST > "$log" 2>&1) ;;
-    main-host) (main_env && timeout "$(left)" python3 -m copyfix.bench host > "$log" 2>&1; cp results/copy_host_overhead_h200_*.json "$OUT/") ;;
     upstream) upstream_check .upstream/v5.0.2 v5.0.2 upstream_check_cuda.json > "$log" 2>&1 ;;
     main-upstream) upstream_check .upstream/main main-2026-08-21 upstream_check_cuda_main.json > "$log" 2>&1 ;;
     upstream-ci|main-upstream-ci)  # upstream's tools/test-op.sh per PR file, device model on

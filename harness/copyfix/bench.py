@@ -2,7 +2,7 @@
 
     python -m copyfix.bench [--quick] [--sides 256 1024 2048]   # measure, write JSON, regenerate report
     python -m copyfix.bench report                              # regenerate docs from results/*.json
-    python -m copyfix.bench host [--profile]                    # host cost per call (and where it goes)
+    (host cost per call, every pointwise op before/after PR 3: python -m copyfix.measure.launch_cost)
 
 Writes results/copy_perf_accuracy_<device>.json (one record per case), then
 docs/PERFORMANCE_ACCURACY.md and docs/copy_perf_<device>.png from every JSON in
@@ -17,18 +17,11 @@ recorded per case (aten_error) instead of aborting the run.
 """
 
 import argparse
-import contextlib
-import cProfile
-import functools
-import io
 import json
-import pstats
 import statistics
 import sys
 import time
-import warnings
 from pathlib import Path
-from unittest import mock
 
 from copyfix import emulation, tracking
 
@@ -193,50 +186,6 @@ def op_identity() -> dict:
         commit = done.stdout.strip() or None
     digest = hashlib.sha256((REPO / COPY_PY).read_bytes()).hexdigest()
     return {"op_commit": commit, "op_sha256": digest}
-
-
-def _wrapper_only(wrapper, src, dst):
-    """Stands in for copy_'s _launch_and_record: copy, record nothing (fast path off)."""
-    wrapper(src, out0=dst)
-
-
-def _noop_copy_(dst, src, non_blocking=False):
-    return dst
-
-
-def _noop_launch(*args):
-    pass
-
-
-def _launch_only(runner, args, dst, src, non_blocking=False):
-    runner(src, dst, *args)
-    return dst
-
-
-@contextlib.contextmanager
-def _python_kernel_floor(torch, dispatch_key, kernel=_noop_copy_):
-    """copy_ dispatched, as FlagGems registers it, to a Python kernel (by default one
-    doing nothing)."""
-    lib = torch.library.Library("aten", "IMPL")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # overriding a registered kernel
-        lib.impl("copy_", kernel, dispatch_key)
-    try:
-        yield
-    finally:
-        lib._destroy()
-
-
-def _noop_launch_of(ours, key, launch):
-    """Ours with the launch recorded for `key` made a no-op (a context manager)."""
-    return mock.patch.dict(ours._launches, {key: (_noop_launch, *launch[1:])})
-
-
-@contextlib.contextmanager
-def _gems_noop_launch(gems, ours, key, launch):
-    """copy_ dispatched to ours, with the launch recorded for `key` made a no-op."""
-    with gems(), _noop_launch_of(ours, key, launch):
-        yield
 
 
 def _launch_path(ours) -> str:
@@ -461,73 +410,9 @@ def report():
         png = _plot(records, f.stem.replace("copy_perf_accuracy_", ""))
         if png:
             lines += ["", f"![time per layout]({png.name})"]
-    for f in sorted(RESULTS.glob("copy_host_overhead_*.json")):
-        data = json.loads(f.read_text())
-        v = data["versions"]
-        lines += [
-            "",
-            f"## Host cost per copy_ — {data['device']}, mode `{data['mode']}`, "
-            f"FlagGems base {v['flag_gems']} (`results/{f.name}`)",
-            "",
-            f"torch {v['torch']}, triton {v['triton']}; {data['numel']}-element fp32 copies, "
-            "wall µs per call, one run (`python -m copyfix.bench host`), op "
-            f"`{(data.get('op_commit') or 'unknown')[:12]}`. Launch path taken: "
-            f"{', '.join(data.get('launch_path', ['not recorded']))}. "
-            f"Timing: {data.get('timing', 'median of 5 consecutive rounds per column')}.",
-            "",
-            "- *python dispatch floor*: `dst.copy_(src)` dispatched, as FlagGems "
-            "registers it, to a Python kernel that does nothing;",
-            "- *cached launch only*: LibEntry's cached kernel launched as LibEntry "
-            "launches it, `kernel[grid](*args)`, with nothing around it;",
-            "- *floor/aten*: the two together over aten, what any Python op that "
-            "launches one Triton kernel through the public protocol pays at least;",
-            "- *one launch, dispatched*: `dst.copy_(src)` dispatched to a Python kernel "
-            "that only makes that cached launch: the floor of any such op, measured "
-            "whole (device modes only);",
-            "- *launch a no-op*: ours dispatched with its launch made a no-op; less the "
-            "floor, what our checks cost in place;",
-            "- *our checks only*: copy_ called directly with its launch made a no-op;",
-            "- *fast path off*: the same copy_ with every layout left on the "
-            "generated wrapper (LibEntry.run, JITFunction.run on a first launch).",
-            "",
-            "| layout | aten | ours dispatched | ours/aten | python dispatch floor "
-            "| cached launch only | floor/aten | one launch, dispatched "
-            "| launch a no-op | our checks only | fast path off "
-            "| generated wrapper only | base copy_ |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        ]
-        for layout, row in data["host_us"].items():
-            after, aten = row["ours dispatched"], row["aten"]
-            dispatch = row.get("python dispatch floor")
-            launch = row.get("cached launch only")
-            floor = None if None in (dispatch, launch) else (dispatch + launch) / aten
-            base_us = next((u for k, u in row.items() if k.startswith("base ")), None)
-            lines.append(
-                f"| {layout} | {aten:.1f} | {after:.1f} | {after / aten:.2f} | "
-                f"{_fmt(dispatch, '.1f')} | {_fmt(launch, '.1f')} | "
-                f"{_fmt(floor, '.2f')} | "
-                f"{_fmt(row.get('one launch, dispatched'), '.1f')} | "
-                f"{_fmt(row.get('ours dispatched, launch a no-op'), '.1f')} | "
-                f"{_fmt(row.get('our checks only'), '.1f')} | "
-                f"{_fmt(row.get('ours dispatched, fast path off'), '.1f')} | "
-                f"{row['generated wrapper only']:.1f} | "
-                f"{'n/a (aten path)' if base_us is None else f'{base_us:.1f}'} |"
-            )
-        if "median_dispatched_over_aten" in data:
-            floor = data.get("median_floor_over_aten")
-            launched = data.get("median_one_launch_dispatched_over_aten")
-            lines += [
-                "",
-                f"Median ours dispatched / aten: {data['median_dispatched_over_aten']:.2f}"
-                + ("" if floor is None else f"; median floor / aten: {floor:.2f}")
-                + (
-                    ""
-                    if launched is None
-                    else f"; median one launch, dispatched / aten: {launched:.2f}"
-                )
-                + ".",
-            ]
-    lines += _runs_table()
+    from copyfix.measure import launch_cost  # (PR 3: the host cost of every op)
+
+    lines += launch_cost.report_lines()
     (DOCS / "PERFORMANCE_ACCURACY.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {DOCS / 'PERFORMANCE_ACCURACY.md'}")
 
@@ -577,241 +462,19 @@ def _plot(records, slug):
     return png
 
 
-def host(args):
-    """Host µs per call: aten vs base kunlunxin copy_ vs ours, and a cProfile breakdown."""
-    mode = emulation.activate()
-    import torch
-
-    import flag_gems
-
-    on_device = mode != "cpu"
-    timer = Timer(torch, on_device)
-    device = emulation.device()
-    ours, base = emulation.copy_module(), emulation.base_copy_module()
-    a = torch.randn(HOST_SIDE, HOST_SIDE, device=device)
-    cases = {
-        "contiguous": (torch.empty_like(a), a),
-        "expand_row": (torch.empty_like(a), a[0].expand(HOST_SIDE, HOST_SIDE)),
-        "transpose": (torch.empty_like(a), a.t()),
-    }
-    print(f"mode={mode} {emulation.versions()}")
-    base_key = f"base {emulation.BASE} copy_ (direct)"
-    gems = lambda: flag_gems.use_gems(include=["copy_"])  # noqa: E731
-    floor = lambda: _python_kernel_floor(  # noqa: E731
-        torch, flag_gems.runtime.device.dispatch_key
-    )
-    rows, paths = {}, {}
-    for name, (dst, src) in cases.items():
-        if hasattr(ours, "_coalesce"):  # op 847c5a4 and earlier
-            shape, ds, ss = ours._coalesce(tuple(dst.shape), dst.stride(), src.stride())
-        else:
-            shape, ds, ss = dst.shape, dst.stride(), src.stride()
-        dv, sv = dst.as_strided(shape, ds), src.as_strided(shape, ss)
-        wrapper = ours._copy_kernel.instantiate(len(shape))
-        launches = getattr(ours, "_launches", {})
-        with flag_gems.use_gems(include=["copy_"]):
-            launches.clear()
-            dst.copy_(src)  # the first copy records the launch of this layout
-            paths[name] = _launch_path(ours)
-        columns = {
-            "aten": (contextlib.nullcontext, lambda: dst.copy_(src)),
-            "ours dispatched": (gems, lambda: dst.copy_(src)),
-            "python dispatch floor": (floor, lambda: dst.copy_(src)),
-        }
-        # the launch the first copy recorded, if any
-        key, launch = next(iter(launches.items()), (None, None))
-        if launch is not None:  # LibEntry's cached kernel, launched as LibEntry does
-            runner, launch_args = launch[:2]
-            columns["cached launch only"] = (
-                contextlib.nullcontext,
-                lambda: runner(sv, dv, *launch_args),
-            )
-            if on_device:  # (the interpreter's launch copies through copy_ itself)
-                # a Python kernel that only launches it: the whole floor of any
-                # FlagGems op that launches one Triton kernel
-                columns["one launch, dispatched"] = (
-                    functools.partial(
-                        _python_kernel_floor,
-                        torch,
-                        flag_gems.runtime.device.dispatch_key,
-                        functools.partial(_launch_only, runner, launch_args),
-                    ),
-                    lambda: dst.copy_(src),
-                )
-            # dispatched as above, its launch made a no-op: our checks in place
-            columns["ours dispatched, launch a no-op"] = (
-                functools.partial(_gems_noop_launch, gems, ours, key, launch),
-                lambda: dst.copy_(src),
-            )
-        row = timer.host_us_interleaved(columns)
-        with flag_gems.use_gems(include=["copy_"]):
-            # the same copy_ with every layout left on the generated wrapper
-            with (
-                (
-                    contextlib.nullcontext()
-                    if launch is None
-                    else mock.patch.object(ours, "_launch_and_record", _wrapper_only)
-                ),
-                mock.patch.dict(launches, clear=True),
-            ):
-                row["ours dispatched, fast path off"] = timer.host_us(
-                    lambda: dst.copy_(src)
-                )
-        row["generated wrapper only"] = timer.host_us(lambda: wrapper(sv, out0=dv))
-        if launch is not None:  # copy_ called directly, its launch made a no-op
-            with _noop_launch_of(ours, key, launch):
-                row["our checks only"] = timer.host_us(lambda: ours.copy_(dst, src))
-        if src.is_contiguous():  # the base sends strided sources to aten
-            row[base_key] = timer.host_us(lambda: base.copy_(dst, src))
-        rows[name] = row
-        print(
-            f"{name:11s} [{paths[name]}] "
-            + "  ".join(f"{k}={v:.1f}us" for k, v in row.items()),
-            flush=True,
-        )
-    ratio = statistics.median(r["ours dispatched"] / r["aten"] for r in rows.values())
-    floors = [
-        (r["python dispatch floor"] + r["cached launch only"]) / r["aten"]
-        for r in rows.values()
-        if "cached launch only" in r
-    ]
-    floor = statistics.median(floors) if floors else None
-    launched = [
-        r["one launch, dispatched"] / r["aten"]
-        for r in rows.values()
-        if "one launch, dispatched" in r
-    ]
-    launched = statistics.median(launched) if launched else None
-    print(f"median ours dispatched / aten = {ratio:.2f}")
-    print(f"median (python dispatch floor + cached launch only) / aten = {floor}")
-    print(f"median one launch, dispatched / aten = {launched}")
-    if on_device:
-        RESULTS.mkdir(exist_ok=True)
-        out = RESULTS / f"copy_host_overhead_{_device_slug(torch, mode)}.json"
-        out.write_text(
-            json.dumps(
-                {
-                    "mode": mode,
-                    "versions": emulation.versions(),
-                    "device": torch.cuda.get_device_name(),
-                    "numel": HOST_SIDE * HOST_SIDE,
-                    "measured_at": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-                    "launch_path": sorted(set(paths.values())),
-                    "launch_path_per_layout": paths,
-                    **op_identity(),
-                    "median_dispatched_over_aten": round(ratio, 3),
-                    "median_floor_over_aten": floor and round(floor, 3),
-                    "median_one_launch_dispatched_over_aten": launched
-                    and round(launched, 3),
-                    "timing": "median of 15 interleaved rounds of 300 back-to-back "
-                    "calls for aten, ours dispatched, python dispatch floor, cached "
-                    "launch only and ours dispatched with the launch a no-op; 5 "
-                    "consecutive rounds for the other columns",
-                    "host_us": rows,
-                },
-                indent=1,
-            )
-            + "\n"
-        )
-        print(f"wrote {out}")
-    if args.profile:
-        dst, src = cases["transpose"]
-        prof = cProfile.Profile()
-        with flag_gems.use_gems(include=["copy_"]):
-            prof.enable()
-            for _ in range(2000):
-                dst.copy_(src)
-            prof.disable()
-        s = io.StringIO()
-        pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
-        print(s.getvalue())
-    return 0
-
-
-RUNS = RESULTS / "copy_host_runs.json"
-
-
-def add_runs(paths, at, note):
-    """Record host runs (their JSONs, committed or not) in RUNS: one host run is
-    one draw from a noisy host, and the spread between draws belongs with it."""
-    runs = json.loads(RUNS.read_text()) if RUNS.is_file() else []
-    for path in paths:
-        data = json.loads(Path(path).read_text())
-        floors = [r["python dispatch floor"] for r in data["host_us"].values()]
-        when = data.get("measured_at") or at
-        runs.append(
-            {
-                "measured_at": when,
-                "order": 1 + sum(r["measured_at"] == when for r in runs),
-                "device": data["device"],
-                "versions": data["versions"],
-                "op_commit": data.get("op_commit"),
-                "median_dispatched_over_aten": data["median_dispatched_over_aten"],
-                "median_floor_over_aten": data.get("median_floor_over_aten"),
-                "median_one_launch_dispatched_over_aten": data.get(
-                    "median_one_launch_dispatched_over_aten"
-                ),
-                "median_dispatch_floor_us": round(statistics.median(floors), 2),
-                "note": note,
-            }
-        )
-    RESULTS.mkdir(exist_ok=True)
-    RUNS.write_text(json.dumps(runs, indent=1) + "\n")
-    print(f"wrote {RUNS} ({len(runs)} runs)")
-
-
-def _runs_table():
-    if not RUNS.is_file():
-        return []
-    runs = json.loads(RUNS.read_text())
-    lines = [
-        "",
-        f"## Host cost, run to run (`results/{RUNS.name}`)",
-        "",
-        "Every `bench host` run recorded with `python -m copyfix.bench runs`, the "
-        "committed ones and the others alike, in the order they ran. The dispatch floor "
-        "(a Python kernel that does nothing) measures the host's own state.",
-        "",
-        "| measured (UTC) | # | device | base | op | ours/aten | floor/aten "
-        "| one launch, dispatched / aten | dispatch floor µs | note |",
-        "|---|---:|---|---|---|---:|---:|---:|---:|---|",
-    ]
-    for r in runs:
-        lines.append(
-            f"| {r['measured_at']} | {r['order']} | {r['device']} | "
-            f"{r['versions']['flag_gems']} | `{(r['op_commit'] or 'unknown')[:8]}` | "
-            f"{r['median_dispatched_over_aten']:.3f} | "
-            f"{_fmt(r['median_floor_over_aten'], '.3f')} | "
-            f"{_fmt(r.get('median_one_launch_dispatched_over_aten'), '.3f')} | "
-            f"{r['median_dispatch_floor_us']:.2f} | {r['note']} |"
-        )
-    return lines
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="copyfix.bench")
     parser.add_argument(
         "cmd",
         nargs="?",
         default="measure",
-        choices=("measure", "report", "host", "runs"),
+        choices=("measure", "report"),
     )
     parser.add_argument("--sides", type=int, nargs="*")
-    parser.add_argument("--profile", action="store_true")
-    parser.add_argument("files", nargs="*", help="runs: host JSONs, in run order")
-    parser.add_argument(
-        "--at", help="runs: when their call began, for JSONs without measured_at"
-    )
-    parser.add_argument("--note", default="", help="runs: a note for each")
     args = parser.parse_args(argv)
-    if args.cmd == "runs":
-        add_runs(args.files, args.at, args.note)
-        return 0
     if args.cmd == "report":
         report()
         return 0
-    if args.cmd == "host":
-        return host(args)
     return measure(args)
 
 

@@ -314,3 +314,61 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> list[str]:
+    """The host-cost section of docs/PERFORMANCE_ACCURACY.md, from ``path``."""
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text())
+    s = data["summary"]
+    lines = [
+        "",
+        f"## Host cost per call, before and after PR 3 (`results/{path.name}`)",
+        "",
+    ]
+    for backend, run in data["runs"].items():
+        lines.append(
+            f"- {backend}: {run['machine']}, mode `{run['mode']}`, torch {run['torch']}, "
+            f"triton {run['triton']}, base {run['flag_gems_base']}; "
+            f"{run['rounds']} alternating rounds of {run['calls_per_round']} calls, median."
+        )
+    lines += [
+        f"- op `{(data.get('op_commit') or 'unknown')[:12]}`, {data.get('date', '')}. "
+        "eager: torch without FlagGems; before: the base's own `pointwise_dynamic` "
+        "(no PR 3), same process; after: PR 3, cache on; cache off: PR 3 with "
+        "`FLAGGEMS_LAUNCH_CACHE` off. µs per call, 64x64 fp32, calls back to back.",
+        "",
+        "| backend | op | eager µs | before µs | after µs | cache off µs "
+        "| before/eager | after/eager | after = before, bit for bit |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in data["ops"]:
+        same = r.get("after_and_off_bit_exact_vs_before")
+        lines.append(
+            f"| {r['backend']} | {r['name']} | {r['eager_us']:.1f} | {r['before_us']:.1f} "
+            f"| {r['after_us']:.1f} | {r.get('cache_off_us', r['after_us']):.1f} "
+            f"| {r['before_us'] / r['eager_us']:.2f} | {r['after_us'] / r['eager_us']:.2f} "
+            f"| {'n/a' if same is None else ('yes' if same else '**NO**')} |"
+        )
+    nv, kx = s.get("nvidia", {}), s.get("kunlunxin-emulated", {})
+    if nv:
+        lines += [
+            "",
+            f"nvidia, 9 ops: median after/eager {nv['median_after_over_eager']:.2f} "
+            f"(before {nv['median_before_over_eager']:.2f}), max "
+            f"{nv['max_after_over_eager']:.2f}; floor/eager "
+            f"{nv.get('floor_over_eager', float('nan')):.2f}; median over the floor "
+            f"{nv.get('median_over_floor', float('nan')):.2f}.",
+        ]
+    if kx:
+        lines.append(
+            f"kunlunxin-emulated copy_: after/aten at most {kx['max_after_over_aten']:.2f} "
+            f"(before {kx['max_before_over_aten']:.2f})."
+        )
+    for base, t in data.get("upstream_tests", {}).items():
+        lines.append(
+            f"Upstream tests with PR 3, {base}: {t['passed']} passed, {t['failed']} failed, "
+            f"{t['skipped']} skipped ({len(t['files'])} files)."
+        )
+    return lines
