@@ -56,7 +56,7 @@ MODE ?= cpu
 JOBS ?= 2
 upstream-check: venv
 	@test -n "$(UPSTREAM)" || { echo "usage: make upstream-check UPSTREAM=<FlagGems checkout> [MODE=cpu|cuda] [JOBS=2] [UPSTREAM_ARGS='--limit N -k REGEX --label L']"; exit 2; }
-	$(PY) -m copyfix.upstream_check check "$(UPSTREAM)" --mode $(MODE) -n $(JOBS) $(UPSTREAM_ARGS)
+	$(PY) -m copyfix.upstream.check check "$(UPSTREAM)" --mode $(MODE) -n $(JOBS) $(UPSTREAM_ARGS)
 
 # Upstream's per-PR CI (tools/test-op.sh, once per PR file) on a copy of the checkout with
 # each exported PR applied, device model on; upstream's tests/test_copy.py with/without.
@@ -64,19 +64,19 @@ upstream-check: venv
 PRS ?=
 upstream-ci: venv
 	@test -n "$(UPSTREAM)" || { echo "usage: make upstream-ci UPSTREAM=<FlagGems checkout> [MODE=cpu|cuda] [PRS='kunlunxin generic'] [UPSTREAM_CI_ARGS='--label L --test-copy quick']"; exit 2; }
-	$(PY) -m copyfix.upstream_ci "$(UPSTREAM)" --mode $(MODE) $(if $(strip $(PRS)),--pr $(PRS)) $(UPSTREAM_CI_ARGS)
+	$(PY) -m copyfix.upstream.ci "$(UPSTREAM)" --mode $(MODE) $(if $(strip $(PRS)),--pr $(PRS)) $(UPSTREAM_CI_ARGS)
 
 # Upstream's later tle_copy-era kunlunxin copy.py (under .upstream/later/, never committed)
 # in place of ours on a copy of the checkout, tle unavailable, device model on:
-# results/upstream_later_$(MODE).json (see harness/copyfix/upstream_later.py).
+# results/upstream_later_$(MODE).json (see harness/copyfix/upstream/later.py).
 upstream-later: venv
 	@test -n "$(UPSTREAM)" || { echo "usage: make upstream-later UPSTREAM=<FlagGems main checkout> [MODE=cpu|cuda]"; exit 2; }
-	$(PY) -m copyfix.upstream_later "$(UPSTREAM)" --mode $(MODE)
+	$(PY) -m copyfix.upstream.later "$(UPSTREAM)" --mode $(MODE)
 
 # (Re)build results/upstream_selection_<label>.json: which upstream cases reach copy_.
 upstream-discover: venv
 	@test -n "$(UPSTREAM)" || { echo "usage: make upstream-discover UPSTREAM=<FlagGems checkout> [JOBS=2] [UPSTREAM_ARGS=...]"; exit 2; }
-	$(PY) -m copyfix.upstream_check discover "$(UPSTREAM)" -n $(JOBS) $(UPSTREAM_ARGS)
+	$(PY) -m copyfix.upstream.check discover "$(UPSTREAM)" -n $(JOBS) $(UPSTREAM_ARGS)
 
 # Mutation testing of the PR op file (not part of .ci/run): results/mutation_<mode>.json
 # and docs/MUTATION.md. JOBS parallel workers, each on its own copy of the op file.

@@ -39,7 +39,7 @@ for step in "$@"; do
       PYTHONPATH=harness python3 -m copyfix.export apply-pr launch-cache $tree >> "$log" 2>&1
       files=$(cd $tree/tests && ls $UP_TESTS 2>/dev/null | tr '\n' ' ')
       (cd $tree && GEMS_VENDOR=nvidia PYTHONPATH=/tmp/site:$tree/src:$REPO/harness timeout "$(left)" \
-        python3 -m pytest -q -n 16 -p no:cacheprovider -p copyfix.upstream_xdist --quick $(for f in $files; do echo tests/$f; done) \
+        python3 -m pytest -q -n 16 -p no:cacheprovider -p copyfix.upstream.xdist --quick $(for f in $files; do echo tests/$f; done) \
         > "$log.pytest" 2>&1; echo "rc=$?" >> "$log.pytest")
       python3 - "$OUT/launch_cache_upstream.json" "$base" "$log.pytest" "$files" <<'PY'
 import json, re, sys

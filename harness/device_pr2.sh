@@ -40,7 +40,7 @@ if [ "$DRY_RUN_CPU" = 1 ]; then
   UP_MAIN=${UPSTREAM_MAIN:-/tmp/fg} UP_502=${UPSTREAM_502:-/tmp/fg502}
   SITE=$REPO/build/composed:$REPO/harness  # the editable install's composition (5.0.2)
   MAIN_SITE=/tmp/pr2main/build/composed:/tmp/pr2main/harness
-  UP_PLUGIN="-p copyfix.upstream_plugin" && export COPYFIX_EMULATION=cpu
+  UP_PLUGIN="-p copyfix.upstream.plugin" && export COPYFIX_EMULATION=cpu
   main_tree() { cp -r "$UP_MAIN/src" /tmp/fgmain/; }
 else
   . harness/device_env.sh > $LOGS/env.log 2>&1  # /tmp/site wheels, build/composed over 5.0.2

@@ -28,7 +28,7 @@ main_env() {  # a second copy of the repo, composed over FlagGems main
 }
 left() { local n=$((DEADLINE - SECONDS)); echo $((n > 1 ? n : 1)); }  # (timeout 0 = none)
 upstream_check() {  # CHECKOUT LABEL RESULT-FILE: upstream's tests, budgeted, cuda mode
-  timeout "$(left)" python3 -m copyfix.upstream_check check "$1" --label "$2" --mode cuda -n 16 \
+  timeout "$(left)" python3 -m copyfix.upstream.check check "$1" --label "$2" --mode cuda -n 16 \
     --limit "$UPSTREAM_LIMIT" --machine "nvidia-h200: 1 H200, 16 CPU cores" \
     --results "$OUT/$3" --no-docs
 }
@@ -46,7 +46,7 @@ for step in "$@"; do
     upstream-ci|main-upstream-ci)  # upstream's tools/test-op.sh per PR file, device model on
       ck=.upstream/v5.0.2; lb=v5.0.2; [ $step = main-upstream-ci ] && ck=.upstream/main lb=main-2026-08-21
       [ -f "$OUT/upstream_ci_cuda.json" ] || cp results/upstream_ci_cuda.json "$OUT/" 2>/dev/null
-      timeout "$(left)" python3 -m copyfix.upstream_ci "$ck" --mode cuda --label $lb \
+      timeout "$(left)" python3 -m copyfix.upstream.ci "$ck" --mode cuda --label $lb \
         --machine "nvidia-h200: 1 H200, 16 CPU cores" --no-docs --results "$OUT/upstream_ci_cuda.json" \
         ${UPSTREAM_CI_ARGS:-} > "$log" 2>&1 ;;
     pr2) DEADLINE=$(( $(left) - 10 )) timeout "$(left)" bash harness/device_pr2.sh > "$log" 2>&1; cp /tmp/pr2logs/*.log $LOGS/ 2>/dev/null ;;

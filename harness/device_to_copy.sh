@@ -53,7 +53,7 @@ if [ "$DRY_RUN_CPU" = 1 ]; then
   UP_MAIN=${UPSTREAM_MAIN:-/tmp/fg27} UP_502=${UPSTREAM_502:-/tmp/fg27-502}
   SITE=$REPO/build/composed:$REPO/harness  # the editable install's composition (5.0.2)
   MAIN_SITE=/tmp/tc27main/build/composed:/tmp/tc27main/harness SITE_UP=$REPO/harness
-  UP_PLUGIN="-p copyfix.upstream_plugin" && export COPYFIX_EMULATION=cpu
+  UP_PLUGIN="-p copyfix.upstream.plugin" && export COPYFIX_EMULATION=cpu
   : "${UP_ARGS:=--quick}" "${K_PR:=to_copy and uint8}" "${K_UP:=uint8}"
 else
   . harness/device_env.sh > $LOGS/env.log 2>&1  # /tmp/site wheels, build/composed over 5.0.2
@@ -63,8 +63,8 @@ else
   unset COPYFIX_EMULATION
   PY=python3 MODE=cuda TC_JSON=$OUT/to_copy_conversions_h200.json
   UP_MAIN=.upstream/main UP_502=.upstream/v5.0.2
-  # (copyfix.upstream_xdist: v5.0.2's conftest under xdist, see that module)
-  SITE=/tmp/site:$REPO/build/composed:$REPO/harness UP_PLUGIN="-p copyfix.upstream_xdist" SITE_UP=/tmp/site:$REPO/harness
+  # (copyfix.upstream.xdist: v5.0.2's conftest under xdist, see that module)
+  SITE=/tmp/site:$REPO/build/composed:$REPO/harness UP_PLUGIN="-p copyfix.upstream.xdist" SITE_UP=/tmp/site:$REPO/harness
   MAIN_SITE=/tmp/site:/tmp/tc27main/build/composed:/tmp/tc27main/harness
   : "${UP_ARGS:=-n 8}" "${K_PR:=to_copy}" "${K_UP:=}"
 fi

@@ -37,7 +37,7 @@ run() {
   local budget=$(( $(left) / $3 - 20 ))
   [ "$budget" -gt 30 ] || { echo "=== $2: no time left"; return 1; }
   echo "=== $2 $(date +%T), budget $budget s"
-  timeout "$((budget + 15))" python3 -m copyfix.upstream_ci "$1" --mode cuda --label "$2" \
+  timeout "$((budget + 15))" python3 -m copyfix.upstream.ci "$1" --mode cuda --label "$2" \
     --machine "nvidia-h200: 1 H200, 16 CPU cores" --no-docs --results "$RESULTS" \
     --budget "$budget" --log-dir "$LOGS/$2" ${UPSTREAM_CI_ARGS:-} > "$LOGS/$2.log" 2>&1
   echo "=== $2 rc=$? $(date +%T)"; grep '^upstream-ci ' "$LOGS/$2.log"

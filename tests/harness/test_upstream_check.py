@@ -14,7 +14,8 @@ import pytest
 import tomllib
 import yaml
 
-from copyfix import compose, export, lint, upstream_check
+from copyfix import compose, export, lint
+from copyfix.upstream import check as upstream_check
 
 pytestmark = pytest.mark.harness
 

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from copyfix import compose, emulation, export, upstream_check, upstream_ci
+from copyfix import compose, emulation, export
+from copyfix.upstream import check as upstream_check
+from copyfix.upstream import ci as upstream_ci
 
 pytestmark = pytest.mark.harness
 

@@ -1,4 +1,4 @@
-"""copyfix.upstream_later: upstream's later tle_copy-era copy.py, run in place of ours.
+"""copyfix.upstream.later: upstream's later tle_copy-era copy.py, run in place of ours.
 
 The later files themselves stay out of git (.upstream/later/); these tests check the
 tool's own parts and that the recorded results match the tool's cases.
@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from copyfix import upstream_ci, upstream_later
+from copyfix.upstream import ci as upstream_ci
+from copyfix.upstream import later as upstream_later
 
 pytestmark = pytest.mark.harness
 

@@ -53,7 +53,7 @@ def _check_copy_module(module) -> None:
             raise RuntimeError(f"{module.__name__} ({module.__file__}) has no {name}")
     if not hasattr(module, "_copy_kernel"):
         # upstream's later tle_copy-era copy.py builds no pointwise_dynamic kernel
-        # (copyfix.upstream_later runs it in place of ours): nothing to check here
+        # (copyfix.upstream.later runs it in place of ours): nothing to check here
         return
     config = module._copy_kernel.config
     if config.prefer_1d_tile is not True:

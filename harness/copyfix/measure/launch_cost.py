@@ -12,7 +12,7 @@ and launches an already compiled Triton sigmoid (``CompiledKernel.run``).
 ``use_gems(include=["copy_"])``, against aten's copy.
 
 Columns, in one process and one run, measured in alternating rounds (each round every
-column once, in a rotating order; ``copyfix.bench.Timer``): eager (torch without
+column once, in a rotating order; ``copyfix.measure.timing.Timer``): eager (torch without
 FlagGems), before (the base's own pointwise_dynamic, no PR 3: :mod:`.base_twins`),
 after (this composition, cache on), and "cache off" (this composition with the
 switch off: what the first call of a signature costs, minus the recording).
@@ -161,8 +161,8 @@ def measure(backend: str, calls: int, rounds: int, profile: bool = False):
     import triton
 
     import flag_gems
-    from copyfix.bench import Timer
     from copyfix.measure.base_twins import GENERIC, KUNLUNXIN, base_twins, swapped
+    from copyfix.measure.timing import Timer
     from flag_gems.utils import launch_cache
 
     on_device = torch.cuda.is_available()

@@ -2,7 +2,7 @@
 
 Harness file (not part of the upstream PR)::
 
-    python -m copyfix.upstream_later <FlagGems checkout> [--later DIR] [--mode cpu|cuda]
+    python -m copyfix.upstream.later <FlagGems checkout> [--later DIR] [--mode cpu|cuda]
         [--test-copy full|quick|none] [--results PATH] [--timeout S]
 
 Upstream kept changing the kunlunxin ``copy_`` after main of 2026-08-21, the base this PR
@@ -27,7 +27,7 @@ written to): ``base`` (the checkout's copy.py), ``later`` (upstream's later copy
   (small with equal shapes, aliasing, declined by ``tle_copy``); each ``dst.copy_(src)``
   under ``use_gems(include=["copy_"])`` with the device model on, compared bit for bit
   with torch on the host; aten fallbacks (redispatches) counted;
-* upstream's ``tests/test_copy.py`` as ``copyfix.upstream_ci`` runs it (both invocations
+* upstream's ``tests/test_copy.py`` as ``copyfix.upstream.ci`` runs it (both invocations
   with ``--test-copy full``).
 
 Results: ``results/upstream_later_<mode>.json``; ``make upstream-later UPSTREAM=<checkout>``.
@@ -45,7 +45,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from copyfix import upstream_ci
+from copyfix.upstream import ci as upstream_ci
 
 REPO = upstream_ci.REPO
 KUNLUNXIN = "src/flag_gems/runtime/backend/_kunlunxin"
@@ -75,7 +75,7 @@ ADAPTATIONS = (
     (
         f"{KUNLUNXIN}/ops/contiguous.py",
         "from _kunlunxin.ops.copy import copy, copy_slice\n",
-        "from _kunlunxin.ops.copy import copy\n\ncopy_slice = None  # (copyfix.upstream_later)\n",
+        "from _kunlunxin.ops.copy import copy\n\ncopy_slice = None  # (copyfix.upstream.later)\n",
     ),
 )
 
@@ -231,7 +231,7 @@ def _cases_child(tree: Path, variant: str, args, work: Path) -> dict:
     env.pop("PYTEST_ADDOPTS")
     out = work / f"cases-{variant}.json"
     out.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "copyfix.upstream_later", "--cases", str(out)]
+    cmd = [sys.executable, "-m", "copyfix.upstream.later", "--cases", str(out)]
     print(f"[upstream-later] {variant}: cases", flush=True)
     done = subprocess.run(
         cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=args.timeout
@@ -294,7 +294,7 @@ def run_variant(tree: Path, variant: str, args, work: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="copyfix.upstream_later")
+    p = argparse.ArgumentParser(prog="copyfix.upstream.later")
     p.add_argument("checkout", type=Path, nargs="?")
     p.add_argument("--later", type=Path, default=REPO / ".upstream" / "later")
     p.add_argument("--mode", default="cpu", choices=("cpu", "cuda"))
@@ -311,7 +311,7 @@ def main(argv=None) -> int:
     try:
         if args.checkout is None:
             raise upstream_ci.InputError(
-                "usage: copyfix.upstream_later <FlagGems checkout>"
+                "usage: copyfix.upstream.later <FlagGems checkout>"
             )
         checkout = args.checkout.resolve()
         export.check_preimage(checkout, export.PRS["kunlunxin"])
@@ -322,7 +322,7 @@ def main(argv=None) -> int:
     results = args.results or REPO / "results" / f"upstream_later_{args.mode}.json"
     data = {
         "what": "upstream's later tle_copy-era kunlunxin copy.py in place of ours; "
-        "tle unavailable, device model on (copyfix.upstream_later)",
+        "tle unavailable, device model on (copyfix.upstream.later)",
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": upstream_ci.upstream_check._machine(),
         "mode": args.mode,

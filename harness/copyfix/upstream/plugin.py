@@ -1,6 +1,6 @@
 """pytest plugin (harness only) for running upstream FlagGems' own tests on the emulation.
 
-Loaded by ``copyfix.upstream_check`` as ``-p copyfix.upstream_plugin`` into a pytest run of
+Loaded by ``copyfix.upstream.check`` as ``-p copyfix.upstream.plugin`` into a pytest run of
 an upstream checkout's ``tests/`` (never into this repository's suite).  Configured by
 environment variables, so xdist workers see the same settings as the controller:
 
@@ -132,7 +132,7 @@ def pytest_configure(config):
         n = _spy()
         if n == 0:
             raise pytest.UsageError(
-                "copyfix.upstream_plugin: found no reference to the kunlunxin copy/copy_ to spy on"
+                "copyfix.upstream.plugin: found no reference to the kunlunxin copy/copy_ to spy on"
             )
         if os.environ.get("COPYFIX_UPSTREAM_FAULT") == "1":
             _fault = emulation.xpu_device_model()

@@ -5,8 +5,8 @@ and indexes it in ``pytest_runtest_logreport``.  Under xdist the protocol hook r
 the workers while the controller also receives every report: KeyError, which ends the
 session.  This hookwrapper gives the controller's table an empty entry first, as
 upstream main's conftest does itself (``setdefault``).  Nothing else is changed: no
-emulation, no selection (``copyfix.upstream_plugin`` does those for upstream-check).
-Used by harness/device_launch_cache.sh: ``-p copyfix.upstream_xdist``.
+emulation, no selection (``copyfix.upstream.plugin`` does those for upstream-check).
+Used by harness/device_launch_cache.sh: ``-p copyfix.upstream.xdist``.
 """
 
 import pytest

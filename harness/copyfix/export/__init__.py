@@ -30,7 +30,7 @@ import yaml
 
 from copyfix.compose import apply_patch
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 COPY_PY = "src/flag_gems/runtime/backend/_kunlunxin/ops/copy.py"
 # PR 1 (KunlunXIN strided copy_): what goes upstream, at the same paths in a FlagGems checkout.
 PR_FILES = [
@@ -148,9 +148,9 @@ BRANCH = "kunlunxin/strided-copy"
 
 def _prs() -> dict:
     """Every PR `make pr` exports, one `PR(...)` entry each: its files, branch, text."""
-    from copyfix import pr_generic
-    from copyfix import pr_kunlunxin_to as pr4
-    from copyfix import pr_launch_cache as lc
+    from copyfix.export import pr_generic
+    from copyfix.export import pr_kunlunxin_to as pr4
+    from copyfix.export import pr_launch_cache as lc
 
     prs = [
         PR("kunlunxin", PR_FILES, COPY_PY, BRANCH, "docs/PR.md"),

@@ -1,0 +1,5 @@
+import sys
+
+from copyfix.export import main
+
+sys.exit(main())
