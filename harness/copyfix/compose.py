@@ -35,19 +35,20 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def apply_patch(text: str, patch: str, name: str) -> str:
+def apply_patch(text: str, patch: str, name: str, reverse: bool = False) -> str:
     """``text`` with the unified diff ``patch`` applied, hunk after hunk: each
     hunk's old lines (context and removals) must follow the previous hunk, wherever
-    the base's line numbers put them (the pre-image's sha256 is checked first)."""
+    the base's line numbers put them (the pre-image's sha256 is checked first).
+    ``reverse``: take the patch back out (a patched file -> its pre-image)."""
     hunks, hunk = [], None
     for line in patch.splitlines(keepends=True):
         if line.startswith("@@"):
             hunk = ([], [])
             hunks.append(hunk)
         elif hunk is not None and line[:1] in (" ", "-", "+"):
-            if line[:1] != "+":
+            if line[:1] != ("-" if reverse else "+"):
                 hunk[0].append(line[1:])
-            if line[:1] != "-":
+            if line[:1] != ("+" if reverse else "-"):
                 hunk[1].append(line[1:])
     if not hunks:
         raise RuntimeError(f"{name}: no hunks")

@@ -28,6 +28,7 @@ import torch  # noqa: E402
 import flag_gems  # noqa: E402
 
 pytestmark = pytest.mark.harness
+REPO = Path(__file__).resolve().parents[2]
 
 COPY_OP = torch.ops.aten.copy_.default
 DEV = emulation.device()
@@ -515,6 +516,28 @@ def test_the_base_is_read_from_the_flag_gems_that_is_imported(tmp_path):
     (fake / "__init__.py").write_text('__version__ = "5.4.0"\n')
     assert emulation.flag_gems_base(fake) is None
     assert emulation._declared_flag_gems_version(fake) == "5.4.0"
+
+
+def test_a_checkout_with_pr3_applied_is_still_its_base(tmp_path):
+    """upstream-ci applies PR 3 to a checkout: its patched pointwise_dynamic is read as
+    the pre-image with the overlay's patch taken out (and nothing else is)."""
+    import flag_gems
+    from copyfix.compose import apply_patch
+
+    package = Path(flag_gems.__file__).parent
+    fake = tmp_path / "flag_gems"
+    for rel in emulation.FLAGGEMS_BASES[emulation.BASE]:
+        (fake / rel).parent.mkdir(parents=True, exist_ok=True)
+        kept = package / "_overlay_preimages" / rel
+        shutil.copy(kept if kept.is_file() else package / rel, fake / rel)
+    rel = "runtime/backend/_kunlunxin/utils/pointwise_dynamic.py"
+    patch = (REPO / "src" / "flag_gems" / f"{rel}.patch").read_text()
+    pre = (fake / rel).read_text()
+    (fake / rel).write_text(apply_patch(pre, patch, rel))
+    assert apply_patch((fake / rel).read_text(), patch, rel, reverse=True) == pre
+    assert emulation.flag_gems_base(fake) == emulation.BASE
+    (fake / rel).write_text((fake / rel).read_text() + "# another edit\n")
+    assert emulation.flag_gems_base(fake) is None
 
 
 def test_xpu_libdevice_module_and_stubs():
