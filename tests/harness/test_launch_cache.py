@@ -508,3 +508,19 @@ def test_what_the_key_leaves_out_does_not_change_the_launch(flavour):
         assert same(got, want)
         assert not got.is_neg() and not got.requires_grad
     assert f._launch_cache.hits == len(variants) - 1
+
+
+def test_named_tensors_stay_uncached():
+    """torch < 2.13 has named tensors, whose names the uncached path's empty_like
+    keeps: such calls cannot be keyed (torch 2.13 has no names to test with, so the
+    query is stood in for)."""
+    x = rand(4, 6)
+    assert lc._key((x,), {}, ()) is not None
+    with (
+        mock.patch.object(lc, "_HAS_NAMES", True),
+        mock.patch.object(torch.Tensor, "has_names", lambda self: True, create=True),
+    ):
+        assert lc._key((x,), {}, ()) is None
+        f = FNS["generic"].axpy
+        f(x, 2.0, x)
+        assert not f._launch_cache.plans

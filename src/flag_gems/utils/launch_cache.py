@@ -65,6 +65,7 @@ _TENSOR, _PARAMETER = torch.Tensor, torch.nn.Parameter
 _PLAIN_TENSORS = (_TENSOR, _PARAMETER)
 _UNCACHEABLE = object()
 _HOOK_CHAIN = getattr(knobs, "HookChain", None)
+_HAS_NAMES = hasattr(torch.Tensor, "has_names")
 _CACHES = weakref.WeakSet()
 
 
@@ -139,7 +140,10 @@ def _describe(arg):
     """The part of one argument a launch depends on; raises TypeError if unknown."""
     t = type(arg)
     if t is _TENSOR or t is _PARAMETER:
-        # stride() raises for sparse and other non-strided layouts
+        # stride() raises for sparse and other non-strided layouts; named tensors
+        # (torch < 2.13) stay uncached: the uncached path's empty_like keeps names
+        if _HAS_NAMES and arg.has_names():
+            raise TypeError("named tensor")
         aligned = arg.data_ptr() % 16 == 0
         return arg.dtype, arg.shape, arg.stride(), arg.get_device(), aligned
     if t is float or t is bool or arg is None:
