@@ -840,7 +840,12 @@ def _block_section(label: str, sec: dict) -> list[str]:
         "",
         f"{sec['date']}, {sec['machine']}; torch {v.get('torch')}, triton {v.get('triton')}, "
         f"coverage {v.get('coverage')}; op `{(sec.get('op_commit') or 'not recorded')[:12]}`; "
-        f"wall {sec['wall_s']} s.",
+        f"wall {sec['wall_s']} s."
+        + (
+            f" Every PR's tree also holds PR {', '.join(sec['composed_with'])} (`--with`)."
+            if sec.get("composed_with")
+            else ""
+        ),
         "",
         "| PR | file | pytest run by test-op.sh | rc | passed | failed | skipped | s |",
         "|---|---|---|---:|---:|---:|---:|---:|",
