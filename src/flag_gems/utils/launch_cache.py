@@ -27,8 +27,9 @@ for ints, the classes Triton specializes on: == 1, divisible by 16, i32/i64/u64)
 which outputs are given; plus a caller's salt (``pointwise_dynamic`` adds the default
 dtype and its block-pointer setting).  The current device, current stream and launch
 hooks are read at every launch.  Calls that cannot be keyed (tensor subclasses,
-StridedBuffer, sparse tensors, other scalar types), that launch anything but one
-kernel, or whose launch was not recorded as described stay on the uncached path.
+StridedBuffer, sparse or named tensors, other scalar types), that launch more than
+one kernel, or whose launch was not recorded as described stay on the uncached path
+(a call that launches nothing, a zero-size one, is cached as its allocations).
 """
 
 import inspect
