@@ -32,8 +32,8 @@ one kernel, or whose launch was not recorded as described stay on the uncached p
 (a call that launches nothing, a zero-size one, is cached as its allocations).
 """
 
+import functools
 import inspect
-import logging
 import os
 import re
 import threading
@@ -49,12 +49,9 @@ from triton.runtime.jit import JITFunction
 from flag_gems.utils.libentry import LibEntry
 from flag_gems.utils.tensor_wrapper import StridedBuffer
 
-logger = logging.getLogger(__name__)
-
 # Plans kept per cache (one cache per pointwise function and per instantiated
 # wrapper): the oldest plan is dropped when a new signature would exceed it.
 MAX_PLANS = 256
-_ENABLED = os.environ.get("FLAGGEMS_LAUNCH_CACHE", "1") != "0"
 
 # Triton 3.3 to 3.6 launch a CompiledKernel as
 # run(gx, gy, gz, stream, function, packed_metadata, launch_metadata,
@@ -68,16 +65,14 @@ _UNCACHEABLE = object()
 _HOOK_CHAIN = getattr(knobs, "HookChain", None)
 _HAS_NAMES = hasattr(torch.Tensor, "has_names")
 _CACHES = weakref.WeakSet()
-
-
-_ACTIVE = _ENABLED and _ABI_KNOWN
+# on, and the launcher's convention known (read at every call: one global)
+_ACTIVE = os.environ.get("FLAGGEMS_LAUNCH_CACHE", "1") != "0" and _ABI_KNOWN
 
 
 def set_enabled(enabled: bool) -> None:
     """Turn the cache on or off (env FLAGGEMS_LAUNCH_CACHE=0 starts it off)."""
-    global _ENABLED, _ACTIVE
-    _ENABLED = bool(enabled)
-    _ACTIVE = _ENABLED and _ABI_KNOWN
+    global _ACTIVE
+    _ACTIVE = bool(enabled) and _ABI_KNOWN
 
 
 def is_enabled() -> bool:
@@ -170,8 +165,10 @@ class _Plan:
     Everything here is fixed by the key; what is not (the current device, its
     stream, the launch hooks, pointers and scalar values) is read at each run."""
 
-    __slots__ = ("single", "outs", "alloc", "kernel", "launcher", "handles", "grid")
-    __slots__ += ("tail", "device")
+    __slots__ = (
+        "single", "outs", "alloc", "kernel", "launcher", "handles", "grid", "tail",
+        "device",
+    )  # fmt: skip
 
     def __init__(self, single, outs, launch):
         self.single, self.outs, self.kernel = single, tuple(outs), None
@@ -344,11 +341,9 @@ def cached(wrapper: Callable) -> Callable:
     """A generated wrapper, taking the cache for callers that instantiate one."""
     cache = LaunchCache()
 
+    @functools.wraps(wrapper)
     def call(*args, **kwargs):
         return cache(wrapper, args, kwargs)
 
-    call.__name__ = call.__qualname__ = wrapper.__name__
-    call.__doc__ = wrapper.__doc__
-    call.__wrapped__ = wrapper
     call.launch_cache = cache
     return call
