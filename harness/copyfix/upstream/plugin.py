@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from copyfix import emulation
+from copyfix.upstream.xdist import give_results_an_entry
 
 CALLS: dict[
     str, int
@@ -195,28 +196,11 @@ def pytest_runtest_makereport(item, call):
     )
 
 
-def _upstream_conftests(config):
-    for plugin in config.pluginmanager.get_plugins():
-        if isinstance(getattr(plugin, "TEST_RESULTS", None), dict):
-            yield plugin
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_logreport(report):
-    # Upstream v5.0.2 tests/conftest.py fills TEST_RESULTS[nodeid] in its
-    # pytest_runtest_protocol hook and indexes it in pytest_runtest_logreport.  Under
-    # xdist the protocol hook runs on the workers, but the controller also receives every
-    # report through pytest_runtest_logreport, where TEST_RESULTS is empty: KeyError,
-    # which aborts the session.  A hookwrapper runs before every plain implementation
-    # (tryfirst ones included), so giving the controller's table an empty entry first
-    # lets upstream's hook work unchanged; upstream main does the same with setdefault.
-    # The checkout and its conftest are left as they are.
-    config = _config[0] if _config else None
-    if config is not None:
-        for conftest in _upstream_conftests(config):
-            conftest.TEST_RESULTS.setdefault(
-                report.nodeid, {"params": None, "result": None, "opname": None}
-            )
+    # upstream v5.0.2's conftest under xdist: see copyfix.upstream.xdist
+    if _config:
+        give_results_an_entry(_config[0], report.nodeid)
     yield
     _record(report)
 
