@@ -21,6 +21,7 @@ Harness file (not part of the upstream PR). Called by hatch_build.py for
 import hashlib
 import importlib.util
 import os
+import runpy
 import shutil
 import tempfile
 from pathlib import Path
@@ -175,6 +176,15 @@ def compose(project: Path, editable: bool) -> Path:
     return out
 
 
+def overlay_info(package: Path) -> dict:
+    """What ``package/_overlay_info.py`` (written by :func:`compose`) records, read by
+    path (no import of flag_gems); {} for a package that is not a composition."""
+    info = Path(package) / "_overlay_info.py"
+    if not info.is_file():
+        return {}
+    return {k: v for k, v in runpy.run_path(str(info)).items() if k.isupper()}
+
+
 def decompose(composed: Path, dst: Path) -> Path:
     """Copy a composed flag_gems package to ``dst`` as its base had it: each replaced
     or patched file's kept pre-image put back, files the overlay added left out, the
@@ -186,8 +196,7 @@ def decompose(composed: Path, dst: Path) -> Path:
     for kept in pre.rglob("*.py"):
         shutil.copyfile(kept, dst / kept.relative_to(pre))
     shutil.rmtree(pre)
-    info: dict = {}
-    exec((dst / "_overlay_info.py").read_text(), info)
+    info = overlay_info(dst)
     prefix = str(OVERLAY_ROOT / "flag_gems") + "/"
     replaced = set(info["REPLACED"])
     for added in info["OVERLAY_FILES"]:

@@ -1,10 +1,11 @@
 """`flaggems-overlay-info`: where the composed flag_gems came from and what the overlay replaced."""
 
 import importlib.util
-import runpy
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+
+from copyfix.compose import overlay_info
 
 
 def describe() -> str:
@@ -12,10 +13,10 @@ def describe() -> str:
     if spec is None:
         return "flag_gems is not installed"
     # read by path: importing flag_gems itself needs a device (or the emulation harness)
-    path = Path(next(iter(spec.submodule_search_locations))) / "_overlay_info.py"
-    if not path.is_file():
+    recorded = overlay_info(Path(next(iter(spec.submodule_search_locations))))
+    if not recorded:
         return f"flag_gems at {spec.origin}: plain install, no copyfix overlay"
-    info = SimpleNamespace(**runpy.run_path(str(path)))
+    info = SimpleNamespace(**recorded)
     lines = [
         f"flag_gems at {spec.origin}",
         f"base: {info.BASE_ORIGIN}",
@@ -25,6 +26,7 @@ def describe() -> str:
         f"  {f}{'  (replaces base file)' if f.split('flag_gems/', 1)[1] in info.REPLACED else ''}"
         for f in info.OVERLAY_FILES
     ]
+    lines += [f"  {p}  (patches base file)" for p in getattr(info, "PATCHES", [])]
     return "\n".join(lines)
 
 

@@ -250,13 +250,9 @@ def measure(backend: str, calls: int, rounds: int, profile: bool = False):
 
 def _base_label() -> str:
     import flag_gems
+    from copyfix.compose import overlay_info
 
-    info = Path(flag_gems.__file__).parent / "_overlay_info.py"
-    text = info.read_text() if info.is_file() else ""
-    for line in text.splitlines():
-        if line.startswith("BASE_ORIGIN"):
-            return line.split("=", 1)[1].strip().strip("'\"")
-    return "unknown"
+    return overlay_info(Path(flag_gems.__file__).parent).get("BASE_ORIGIN", "unknown")
 
 
 def _ratio(r, key):

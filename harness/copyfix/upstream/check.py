@@ -219,13 +219,9 @@ def run_pytest(
 
 
 def _origin(composed: Path) -> str:
-    info = composed / "flag_gems" / "_overlay_info.py"
-    m = (
-        re.search(r"^BASE_ORIGIN = (.*)$", info.read_text(), re.M)
-        if info.is_file()
-        else None
-    )
-    return m.group(1).strip("'\"") if m else str(composed)
+    from copyfix.compose import overlay_info
+
+    return overlay_info(composed / "flag_gems").get("BASE_ORIGIN", str(composed))
 
 
 def _supported_flag_gems() -> str:
