@@ -2,6 +2,11 @@
 #   . harness/device_env.sh
 # .whl/ holds flag_gems-5.0.2, sqlalchemy, greenlet and the lint tools (cp312), fetched here with
 # `pip download` as the device tool's README shows; torch/triton/pytest come with the image.
+# upstream FlagGems checkouts travel as .upstream/<name>.tgz (see device_run.sh): unpack
+# each one not unpacked yet
+for t in .upstream/*.tgz; do
+  [ -e "$t" ] && [ ! -d ".upstream/$(basename "$t" .tgz)" ] && tar -xzf "$t" -C .upstream
+done
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $(ls .whl/*.whl | grep -v flag_gems)
 rm -rf /tmp/fgbase && python3 -m zipfile -e .whl/flag_gems-5.0.2-py3-none-any.whl /tmp/fgbase
 FLAGGEMS_BASE=/tmp/fgbase PYTHONPATH=harness python3 -c \

@@ -17,9 +17,6 @@ REPO=$PWD
 LOGS=/tmp/lclogs && rm -rf $LOGS && mkdir -p $LOGS "$OUT"
 left() { local n=$((DEADLINE - SECONDS)); echo $((n > 1 ? n : 1)); }
 export COPYFIX_OP_COMMIT="${COPYFIX_OP_COMMIT:-}" PYTHONUNBUFFERED=1
-for t in .upstream/*.tgz; do
-  [ -e "$t" ] && [ ! -d ".upstream/$(basename "$t" .tgz)" ] && tar -xzf "$t" -C .upstream
-done
 . harness/device_env.sh > $LOGS/env.log 2>&1
 unset COPYFIX_EMULATION
 UP_TESTS="test_pointwise_dynamic.py test_pointwise_type_promotion.py test_copy.py test_to_copy.py

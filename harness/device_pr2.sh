@@ -44,15 +44,12 @@ if [ "$DRY_RUN_CPU" = 1 ]; then
   main_tree() { cp -r "$UP_MAIN/src" /tmp/fgmain/; }
 else
   . harness/device_env.sh > $LOGS/env.log 2>&1  # /tmp/site wheels, build/composed over 5.0.2
-  for t in .upstream/*.tgz; do  # (as device_run.sh does, when this runs on its own)
-    [ -e "$t" ] && [ ! -d ".upstream/$(basename "$t" .tgz)" ] && tar -xzf "$t" -C .upstream
-  done
   unset COPYFIX_EMULATION
   PY=python3 MODE=cuda GC_JSON=$OUT/generic_conversions_h200.json
   UP_MAIN=.upstream/main UP_502=.upstream/v5.0.2
   SITE=/tmp/site:$REPO/build/composed:$REPO/harness UP_PLUGIN=""
   MAIN_SITE=/tmp/site:/tmp/pr2main/build/composed:/tmp/pr2main/harness
-  main_tree() { cp -r .upstream/main/src /tmp/fgmain/; }  # (.upstream/main.tgz, unpacked by device_run.sh)
+  main_tree() { cp -r .upstream/main/src /tmp/fgmain/; }  # (.upstream/main.tgz, unpacked by device_env.sh)
 fi
 # a later call (a fresh machine) adds its steps to an earlier call's files, when given them
 [ -n "${GC_PREV:-}" ] && cp "$GC_PREV" "$GC_JSON"

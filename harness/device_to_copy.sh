@@ -57,9 +57,6 @@ if [ "$DRY_RUN_CPU" = 1 ]; then
   : "${UP_ARGS:=--quick}" "${K_PR:=to_copy and uint8}" "${K_UP:=uint8}"
 else
   . harness/device_env.sh > $LOGS/env.log 2>&1  # /tmp/site wheels, build/composed over 5.0.2
-  for t in .upstream/*.tgz; do  # (as device_run.sh does, when this runs on its own)
-    [ -e "$t" ] && [ ! -d ".upstream/$(basename "$t" .tgz)" ] && tar -xzf "$t" -C .upstream
-  done
   unset COPYFIX_EMULATION
   PY=python3 MODE=cuda TC_JSON=$OUT/to_copy_conversions_h200.json
   UP_MAIN=.upstream/main UP_502=.upstream/v5.0.2
