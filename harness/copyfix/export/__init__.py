@@ -177,30 +177,32 @@ def _prs() -> dict:
 PRS = _prs()
 
 
-def preimages(path: str = COPY_PY) -> list[str]:
-    table = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["copyfix"][
+def _preimage_table() -> dict:
+    """pyproject's [tool.copyfix.preimages]: path -> the sha256s of its pre-images."""
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["copyfix"][
         "preimages"
     ]
-    return table[path]
+
+
+def preimages(path: str = COPY_PY) -> list[str]:
+    return _preimage_table()[path]
 
 
 def check_preimage(tree: Path, pr: "PR") -> None:
     """Exit with a one-line reason unless `tree` holds a known pre-image of each base
     file pr replaces (its op file, and any other PR file with recorded pre-images)
     and of every file it patches."""
-    table = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["copyfix"]
-    replaced = [
-        f for f in pr.files if f != pr.preimage_path and f in table["preimages"]
-    ]
+    table = _preimage_table()
+    replaced = [f for f in pr.files if f != pr.preimage_path and f in table]
     for path in dict.fromkeys([pr.preimage_path, *replaced, *pr.patched]):
         target = tree / path
         if not target.is_file():
             raise SystemExit(f"{tree} is not a FlagGems checkout (no {path})")
         found = hashlib.sha256(target.read_bytes()).hexdigest()
-        if found not in preimages(path):
+        if found not in table[path]:
             raise SystemExit(
                 f"refusing {pr.name} PR: {target} has sha256 {found}, not a known pre-image "
-                f"({', '.join(preimages(path))}); rebase the overlay on that checkout first"
+                f"({', '.join(table[path])}); rebase the overlay on that checkout first"
             )
 
 
