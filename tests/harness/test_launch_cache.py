@@ -264,8 +264,11 @@ def test_key_holds_the_device_of_each_tensor():
     x = rand(2, 3)
     key = lc._key((x,), {}, ())
     assert key[1][0][3] == x.get_device()
-    meta = torch.empty(2, 3, device="meta")
-    assert lc._key((meta,), {}, ()) != key or x.get_device() == meta.get_device()
+    # the same tensor seen on another device (cpu mode has one device to offer)
+    with mock.patch.object(torch.Tensor, "get_device", lambda self: 7):
+        other = lc._key((x,), {}, ())
+    assert other != key and other[1][0][3] == 7
+    assert other[1][0][:3] == key[1][0][:3] and other[1][0][4] == key[1][0][4]
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
@@ -524,3 +527,38 @@ def test_named_tensors_stay_uncached():
         f = FNS["generic"].axpy
         f(x, 2.0, x)
         assert not f._launch_cache.plans
+
+
+def test_a_misaligned_allocation_takes_the_uncached_path():
+    """Allocated outputs are not in the key: their alignment is checked at each hit."""
+    f = FNS["generic"].axpy
+    x = rand(4, 6)
+    f(x, 2.0, x)
+    stock = torch.empty_strided
+
+    def misaligned(shape, stride, **kwargs):  # 4 bytes past a 16-byte boundary
+        flat = stock((x.numel() + 1,), (1,), **kwargs)
+        return flat[1:].as_strided(shape, stride)
+
+    with mock.patch.object(torch, "empty_strided", misaligned):
+        hits = f._launch_cache.hits
+        got = f(x, 2.0, x)
+    assert f._launch_cache.hits == hits and got.data_ptr() % 16 == 0
+    assert same(got, uncached(lambda a: f(a, 2.0, a), x)[0])
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_the_block_pointer_setting_is_in_the_key(flavour):
+    """pointwise_dynamic's salt: prefer_block_pointer picks another overload."""
+    f = FNS[flavour].axpy
+    x = rand(4, 6)
+    f(x, 2.0, x)
+    stock = f.config.prefer_block_pointer
+    try:
+        f.config.prefer_block_pointer = not stock
+        misses = f._launch_cache.misses
+        got = f(x, 2.0, x)
+        assert f._launch_cache.misses == misses + 1
+    finally:
+        f.config.prefer_block_pointer = stock
+    assert same(got, uncached(lambda a: f(a, 2.0, a), x)[0])
