@@ -50,8 +50,7 @@ def _empty_out(x: torch.Tensor, dtype, memory_format) -> torch.Tensor:
     return torch.empty_like(x, dtype=dtype, memory_format=memory_format)
 
 
-# func: _to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None,
-#   bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor
+# aten::_to_copy: every argument after the tensor is keyword-only, as in its schema
 def to_copy(
     x,
     *,

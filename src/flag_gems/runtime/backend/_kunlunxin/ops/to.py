@@ -12,6 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
+import dataclasses
 import logging
 import os
 from typing import Optional
@@ -20,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..utils.codegen_config_utils import CodeGenConfig
+from ..utils.codegen_config_utils import get_codegen_config
 from ..utils.pointwise_dynamic import pointwise_dynamic
 
 logger = logging.getLogger(__name__)
@@ -31,14 +32,10 @@ _FALLBACK_KEYSET = torch._C.DispatchKeySet(
 
 _FLOAT8_E8M0FNU = getattr(torch, "float8_e8m0fnu", None)
 
-# bfloat16 on either side of a conversion: the XPU interleave pass stays off.
-close_interleave_config = CodeGenConfig(
-    512,
-    (65536, 65536, 65536),
-    32,
-    True,
-    prefer_1d_tile=True,
-    isCloseInterleave=True,
+# bfloat16 on either side of a conversion: the backend's codegen config with the XPU
+# interleave pass off.
+close_interleave_config = dataclasses.replace(
+    get_codegen_config(), isCloseInterleave=True
 )
 
 
@@ -162,8 +159,7 @@ def _resolve_dtype(x: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.dtype
     return dtype
 
 
-# func: _to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None,
-#   bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor
+# aten::_to_copy: every argument after the tensor is keyword-only, as in its schema
 def to_copy(
     x,
     *,
