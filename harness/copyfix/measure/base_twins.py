@@ -7,6 +7,10 @@ FlagGems module holds as a global, a twin of the base class from the same schema
 scalar function and codegen config.  :func:`swapped` puts the twins in place of the
 originals for the duration of a ``with`` block, so one process times the same op
 before and after PR 3 (op modules look these globals up at each call).
+
+PR 3 also patches op modules (``ops/where.py``): their pre-images are loaded the same
+way, and each function the op module defines is swapped for the pre-image's, whose
+own pointwise functions get base twins too.  So "before" runs the base's op code.
 """
 
 from __future__ import annotations
@@ -25,12 +29,14 @@ _PREIMAGE = {
 }
 
 
-def _load_preimage(module_name: str):
+def _kept_dir() -> Path:
     import flag_gems
 
-    kept = (
-        Path(flag_gems.__file__).parent / "_overlay_preimages" / _PREIMAGE[module_name]
-    )
+    return Path(flag_gems.__file__).parent / "_overlay_preimages"
+
+
+def _load_preimage(module_name: str, relative: str | None = None):
+    kept = _kept_dir() / (relative or _PREIMAGE[module_name])
     if not kept.is_file():
         raise RuntimeError(f"{kept} missing: this flag_gems is not a PR 3 composition")
     name = "copyfix_base_" + module_name.replace(".", "_")
@@ -43,12 +49,39 @@ def _load_preimage(module_name: str):
     return module
 
 
+def _op_preimages() -> dict:
+    """{(op module, function name): the pre-image's function} for every op module
+    the composition patched (not those PR 1 and PR 2 replace whole) and imported."""
+    from copyfix.compose import overlay_info
+
+    swaps = {}
+    prefix = "src/flag_gems/ops/"
+    for patch in overlay_info(_kept_dir().parent).get("PATCHES", []):
+        if not patch.startswith(prefix):
+            continue
+        rel = patch[len("src/flag_gems/") : -len(".patch")]
+        ours = sys.modules.get("flag_gems." + rel[: -len(".py")].replace("/", "."))
+        if ours is None:
+            continue
+        base = _load_preimage(ours.__name__, rel)
+        for attr, value in vars(base).items():
+            if (
+                isinstance(value, types.FunctionType)
+                and value.__module__ == base.__name__
+                and isinstance(getattr(ours, attr, None), types.FunctionType)
+            ):
+                swaps[(ours, attr)] = value
+    return swaps
+
+
 def base_twins(module_name: str) -> dict:
     """{(module, global name): twin} for every pointwise function built by
-    ``module_name``'s class that an imported FlagGems module holds."""
+    ``module_name``'s class that an imported FlagGems module holds, and for every
+    function of an op module PR 3 patched (the pre-image's function)."""
     ours = sys.modules[module_name].PointwiseDynamicFunction
     base = _load_preimage(module_name).PointwiseDynamicFunction
-    twins, made = {}, {}
+    twins = _op_preimages() if module_name == GENERIC else {}
+    made = {}
     for mod in list(sys.modules.values()):  # op modules, vendor ones (_nvidia...) too
         if not isinstance(mod, types.ModuleType):
             continue

@@ -41,6 +41,9 @@ def _op_commit() -> str | None:
         "src/flag_gems/utils/launch_cache.py",
         "src/flag_gems/utils/pointwise_dynamic.py.patch",
         "src/flag_gems/runtime/backend/_kunlunxin/utils/pointwise_dynamic.py.patch",
+        "src/flag_gems/ops/where.py.patch",
+        "src/flag_gems/ops/copy.py",  # (PR 2: copy_ timed through it)
+        "src/flag_gems/ops/to.py",  # (PR 2: to_bf16)
     ]
     if os.environ.get("COPYFIX_OP_COMMIT"):
         return os.environ["COPYFIX_OP_COMMIT"]

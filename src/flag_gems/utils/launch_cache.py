@@ -152,8 +152,8 @@ def _describe(arg):
 def _key(args, kwargs, salt):
     try:
         if kwargs:
-            named = tuple([(k, _describe(v)) for k, v in kwargs.items()])
-            return salt, tuple(map(_describe, args)), named
+            named = tuple(map(_describe, kwargs.values()))
+            return salt, tuple(map(_describe, args)), tuple(kwargs), named
         return salt, tuple(map(_describe, args))
     except (TypeError, RuntimeError, NotImplementedError):
         return None
@@ -166,15 +166,16 @@ class _Plan:
     stream, the launch hooks, pointers and scalar values) is read at each run."""
 
     __slots__ = (
-        "single", "outs", "alloc", "kernel", "launcher", "handles", "grid", "tail",
-        "device",
+        "single", "outs", "alloc", "given", "kernel", "launcher", "handles", "grid",
+        "tail", "device",
     )  # fmt: skip
 
     def __init__(self, single, outs, launch):
         self.single, self.outs, self.kernel = single, tuple(outs), None
-        # the common case, one output that the call allocates
-        one = len(outs) == 1 and outs[0][1] is not None
+        # the common cases: one output, which the call allocates or is given
+        one = len(outs) == 1
         self.alloc = outs[0][1] if one else None
+        self.given = outs[0][0] if one and self.alloc is None else None
         if launch is not None:
             self.kernel, self.grid, values, self.device, n_operands = launch
             self.launcher = self.kernel.run  # the compiled kernel's launcher
@@ -188,6 +189,8 @@ class _Plan:
             if out.data_ptr() % 16:
                 return _UNCACHEABLE  # not the alignment the kernel was compiled for
             outs = (out,)
+        elif self.given is not None:
+            outs = (kwargs[self.given],)
         else:
             outs = []
             for name, alloc in self.outs:

@@ -143,7 +143,8 @@ def _is_host_or_transfer(x: torch.Tensor, device: torch.device) -> bool:
 
 def _empty_out(x: torch.Tensor, dtype, memory_format) -> torch.Tensor:
     if memory_format is torch.preserve_format and (
-        torch.ops.aten.is_non_overlapping_and_dense(x)
+        x.is_contiguous()  # (dense, and much cheaper to ask than the aten op)
+        or torch.ops.aten.is_non_overlapping_and_dense(x)
     ):
         # as torch: a dense layout is kept stride for stride
         return torch.empty_strided(x.size(), x.stride(), dtype=dtype, device=x.device)
