@@ -334,9 +334,13 @@ def report():
         host = {}
         for r in records:
             host.setdefault((r["layout"], r["src_dtype"], r["dst_dtype"]), r)
+        ops = sorted({(r.get("op_commit") or "unknown")[:7] for r in records})
+        paths = sorted({r.get("host_launch_path") or "unknown" for r in records})
         lines += [
             "",
-            f"Host cost per call ({HOST_SIDE}x{HOST_SIDE} copies):",
+            f"Host cost per call ({HOST_SIDE}x{HOST_SIDE} copies), of op "
+            f"{', '.join(f'`{o}`' for o in ops)} (launch path: {'; '.join(paths)}). "
+            "The host cost of later ops is in the PR 3 section below.",
             "",
             "| layout | dtypes | aten µs | gems µs | gems/aten |",
             "|---|---|---:|---:|---:|",

@@ -340,7 +340,7 @@ def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> li
     lines += [
         f"- op `{(data.get('op_commit') or 'unknown')[:12]}`, {data.get('date', '')}. "
         "eager: torch without FlagGems; before: the base's own `pointwise_dynamic` "
-        "(no PR 3), same process; after: PR 3, cache on; cache off: PR 3 with "
+        "and `where.py` (no PR 3), same process; after: PR 3, cache on; cache off: PR 3 with "
         "`FLAGGEMS_LAUNCH_CACHE` off. µs per call, 64x64 fp32, calls back to back.",
         "",
         "| backend | op | eager µs | before µs | after µs | cache off µs "
