@@ -9,7 +9,9 @@ fp32 ``.to(torch.bfloat16)``, ``copy_`` contiguous and transposed; and the floor
 Python op registered with ``torch.library`` on the CUDA key that allocates its output
 and launches an already compiled Triton sigmoid (``CompiledKernel.run``).
 ``kunlunxin-emulated``: the KunlunXIN ``copy_`` (PR 1) in the cuda emulation, under
-``use_gems(include=["copy_"])``, against aten's copy.
+``use_gems(include=["copy_"])``, against aten's copy; and ``floor_copy``: an in-place
+``torch.library`` op that launches an already compiled Triton copy (contiguous, no
+allocation), against aten's copy of the same tensors.
 
 Columns, in one process and one run, measured in alternating rounds (each round every
 column once, in a rotating order; ``copyfix.measure.timing.Timer``): eager (torch without
@@ -135,6 +137,49 @@ def _floor(torch, timer, device):
             "before_us": row["floor"], "after_us": row["floor"]}  # fmt: skip
 
 
+def _copy_floor(torch, timer, device):
+    """The floor for copy_: an in-place torch.library op on the CUDA key (no
+    allocation) that launches an already compiled Triton copy of a contiguous 64x64
+    tensor (no FlagGems); eager is aten's copy_ of the same tensors."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
+
+    x = torch.randn(SIDE, SIDE, device=device)
+    dst = torch.empty_like(x)
+    n, block = x.numel(), 1024
+    grid = (triton.cdiv(n, block), 1, 1)
+    k = _copy.warmup(x, dst, n, block, grid=grid)
+    k._init_handles()
+    driver = triton.runtime.driver.active
+
+    lib = torch.library.Library("copyfix_floor_copy", "DEF")
+    lib.define("copy_(Tensor(a!) dst, Tensor src) -> Tensor(a!)")
+
+    def impl(d, src):
+        dev = driver.get_current_device()
+        k.run(*grid, driver.get_current_stream(dev), k.function, k.packed_metadata,
+              None, None, None, src, d, src.numel(), block)  # fmt: skip
+        return d
+
+    lib.impl("copy_", impl, "CUDA")
+    op = torch.ops.copyfix_floor_copy.copy_
+    op(dst, x)
+    assert torch.equal(dst, x)
+    null = contextlib.nullcontext
+    row = timer.host_us_interleaved(
+        {"eager": (null, lambda: dst.copy_(x)), "floor": (null, lambda: op(dst, x))}
+    )
+    return {"name": "floor_copy", "backend": "kunlunxin-emulated",
+            "eager_us": row["eager"], "before_us": row["floor"],
+            "after_us": row["floor"]}  # fmt: skip
+
+
 def _profile(name, gems, fn, calls=3000):
     """Where an "after" call's host time goes (cProfile, so inflated): top 18."""
     import cProfile
@@ -241,6 +286,9 @@ def measure(backend: str, calls: int, rounds: int, profile: bool = False):
     if backend == "nvidia" and on_device:
         records.append(_floor(torch, timer, device))
         print(f"floor {records[-1]}", flush=True)
+    elif on_device:
+        records.append(_copy_floor(torch, timer, device))
+        print(f"floor_copy {records[-1]}", flush=True)
     machine = (
         torch.cuda.get_device_name() if on_device else platform.processor() or "cpu"
     )
@@ -270,7 +318,12 @@ def _ratio(r, key):
 def summarize(ops: list) -> dict:
     nvidia = [r for r in ops if r["backend"] == "nvidia" and r["name"] != "floor"]
     floor = next((r for r in ops if r["name"] == "floor"), None)
-    kx = [r for r in ops if r["backend"] == "kunlunxin-emulated"]
+    kx = [
+        r
+        for r in ops
+        if r["backend"] == "kunlunxin-emulated" and r["name"] != "floor_copy"
+    ]
+    copy_floor = next((r for r in ops if r["name"] == "floor_copy"), None)
     out = {}
     if nvidia:
         med = statistics.median(_ratio(r, "after_us") for r in nvidia)
@@ -290,6 +343,10 @@ def summarize(ops: list) -> dict:
             "max_after_over_aten": max(_ratio(r, "after_us") for r in kx),
             "max_before_over_aten": max(_ratio(r, "before_us") for r in kx),
         }
+        if copy_floor:
+            out["kunlunxin-emulated"]["floor_copy_over_aten"] = _ratio(
+                copy_floor, "after_us"
+            )
     return out
 
 
@@ -368,7 +425,13 @@ def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> li
     if kx:
         lines.append(
             f"kunlunxin-emulated copy_: after/aten at most {kx['max_after_over_aten']:.2f} "
-            f"(before {kx['max_before_over_aten']:.2f})."
+            f"(before {kx['max_before_over_aten']:.2f})"
+            + (
+                f"; floor_copy/aten {kx['floor_copy_over_aten']:.2f} (an in-place "
+                "`torch.library` op launching a compiled Triton copy, contiguous)."
+                if "floor_copy_over_aten" in kx
+                else "."
+            )
         )
     for base, t in data.get("upstream_tests", {}).items():
         lines.append(
