@@ -1,0 +1,132 @@
+"""Where a KunlunXIN ``copy_`` hit spends its host time, layer by layer (cuda emulation).
+
+    COPYFIX_EMULATION=cuda python -m copyfix.measure.breakdown [--out F.json]
+
+One process, one 64x64 fp32 contiguous copy, every column in the same alternating
+rounds (``Timer.host_us_interleaved``), each one layer thinner than the one before:
+
+* ``aten``: ``dst.copy_(src)`` without FlagGems;
+* ``dispatched``: the same call under ``use_gems(include=["copy_"])``;
+* ``op``: ``copy.py``'s ``copy_`` called directly (no torch dispatch);
+* ``wrapper``: the cached ``instantiate(ndim)`` wrapper ``copy_`` launches through;
+* ``plan``: the cache's recorded plan, run directly (no key, no lookup);
+* ``launcher``: the compiled kernel's ``run`` with the plan's arguments;
+* ``floor``: an in-place ``torch.library`` op launching a compiled Triton copy;
+* ``floor_run``: that compiled copy's ``run`` alone.
+
+Differences between neighbours are the cost of a layer: dispatched - op is torch's
+dispatch into Python, op - wrapper is ``copy.py``'s own checks, wrapper - plan the
+cache's key and lookup, plan - launcher the plan's reads (device, stream, hooks),
+launcher - floor_run what the pointwise kernel's longer argument list costs the launcher.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from pathlib import Path
+
+SIDE = 64
+
+
+def measure(rounds: int, calls: int) -> dict:
+    from copyfix import emulation
+
+    mode = emulation.activate()
+    import torch
+    import triton
+    import triton.language as tl
+
+    import flag_gems
+    from copyfix.measure.timing import Timer
+
+    kx = sys.modules["_kunlunxin.ops.copy"]
+    on_device = torch.cuda.is_available()
+    device = flag_gems.device
+    timer = Timer(torch, on_device)
+    src = torch.randn(SIDE, SIDE, device=device)
+    dst = torch.empty_like(src)
+    gems = lambda: flag_gems.use_gems(include=["copy_"])  # noqa: E731
+    with gems():
+        dst.copy_(src)
+    kx.copy_(dst, src)
+    wrapper = kx._kernel_for(dst, src).instantiate(dst.ndim)
+    wrapper(src, out0=dst)
+    (plan,) = [p for p in wrapper.launch_cache.plans.values() if hasattr(p, "run")]
+    driver = triton.runtime.driver.active
+
+    def launch():
+        stream = driver.get_current_stream(driver.get_current_device())
+        gx, gy, gz = plan.grid
+        function, metadata = plan.handles
+        plan.launcher(gx, gy, gz, stream, function, metadata, None, None, None,
+                      src, dst, *plan.tail)  # fmt: skip
+
+    null = contextlib.nullcontext
+    columns = {
+        "aten": (null, lambda: dst.copy_(src)),
+        "dispatched": (gems, lambda: dst.copy_(src)),
+        "op": (null, lambda: kx.copy_(dst, src)),
+        "wrapper": (null, lambda: wrapper(src, out0=dst)),
+        "plan": (null, lambda: plan.run((src,), {"out0": dst})),
+        "launcher": (null, launch),
+    }
+    if on_device:
+
+        @triton.jit
+        def _copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            m = offs < n
+            tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
+
+        n, block = src.numel(), 1024
+        grid = (triton.cdiv(n, block), 1, 1)
+        k = _copy.warmup(src, dst, n, block, grid=grid)
+        k._init_handles()
+
+        def floor_run(d, s):
+            stream = driver.get_current_stream(driver.get_current_device())
+            k.run(*grid, stream, k.function, k.packed_metadata, None, None, None,
+                  s, d, s.numel(), block)  # fmt: skip
+            return d
+
+        lib = torch.library.Library("copyfix_breakdown", "DEF")
+        lib.define("copy_(Tensor(a!) dst, Tensor src) -> Tensor(a!)")
+        lib.impl("copy_", floor_run, "CUDA")
+        op = torch.ops.copyfix_breakdown.copy_
+        columns["floor"] = (null, lambda: op(dst, src))
+        columns["floor_run"] = (null, lambda: floor_run(dst, src))
+    before = wrapper.launch_cache.hits
+    us = timer.host_us_interleaved(columns, rounds=rounds, calls=calls)
+    assert wrapper.launch_cache.hits > before  # the wrapper column hit the cache
+    assert torch.equal(dst, src)
+    return {
+        "mode": mode,
+        "device": torch.cuda.get_device_name() if on_device else "cpu",
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "rounds": rounds,
+        "calls_per_round": calls,
+        "us": us,
+        "over_aten": {k: v / us["aten"] for k, v in us.items()},
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="copyfix.measure.breakdown")
+    p.add_argument("--out", type=Path)
+    p.add_argument("--rounds", type=int, default=25)
+    p.add_argument("--calls", type=int, default=300)
+    args = p.parse_args(argv)
+    result = measure(args.rounds, args.calls)
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
