@@ -125,6 +125,15 @@ def test_make_pr_exports_each_pr_as_its_own_branch(upstream, monkeypatch):
         message = git(upstream, "log", "-1", "--format=%B", sha)
         assert message.rstrip() + "\n" == pr.message
     assert not set(export.PRS["generic"].files) & set(export.PRS["kunlunxin"].files)
+    # PR 3's edits of upstream files are what the composer applied and the suite ran
+    import flag_gems
+
+    pkg = Path(flag_gems.__file__).parent
+    patched = export.PRS["launch-cache"].patched
+    assert "src/flag_gems/ops/where.py" in patched
+    for rel in patched:
+        shown = git(upstream, "show", f"{shas['launch-cache']}:{rel}")
+        assert shown == (pkg / rel.removeprefix("src/flag_gems/")).read_text(), rel
 
 
 def _description(text):
