@@ -37,7 +37,6 @@ def measure(rounds: int, calls: int) -> dict:
     mode = emulation.activate()
     import torch
     import triton
-    import triton.language as tl
 
     import flag_gems
     from copyfix.measure.timing import Timer
@@ -74,28 +73,9 @@ def measure(rounds: int, calls: int) -> dict:
         "launcher": (null, launch),
     }
     if on_device:
+        from copyfix.measure.floors import copy_floor
 
-        @triton.jit
-        def _copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-            m = offs < n
-            tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
-
-        n, block = src.numel(), 1024
-        grid = (triton.cdiv(n, block), 1, 1)
-        k = _copy.warmup(src, dst, n, block, grid=grid)
-        k._init_handles()
-
-        def floor_run(d, s):
-            stream = driver.get_current_stream(driver.get_current_device())
-            k.run(*grid, stream, k.function, k.packed_metadata, None, None, None,
-                  s, d, s.numel(), block)  # fmt: skip
-            return d
-
-        lib = torch.library.Library("copyfix_breakdown", "DEF")
-        lib.define("copy_(Tensor(a!) dst, Tensor src) -> Tensor(a!)")
-        lib.impl("copy_", floor_run, "CUDA")
-        op = torch.ops.copyfix_breakdown.copy_
+        op, floor_run = copy_floor(torch, src)
         columns["floor"] = (null, lambda: op(dst, src))
         columns["floor_run"] = (null, lambda: floor_run(dst, src))
     before = wrapper.launch_cache.hits

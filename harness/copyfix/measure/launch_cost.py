@@ -96,36 +96,11 @@ def _kunlunxin_cases(torch, device):
 
 def _floor(torch, timer, device):
     """The floor: torch.library op on the CUDA key, output allocated, compiled
-    Triton sigmoid launched directly (no FlagGems)."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def _sigmoid(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        m = offs < n
-        v = tl.load(x_ptr + offs, mask=m).to(tl.float32)
-        tl.store(out_ptr + offs, 1.0 / (1.0 + tl.exp(-v)), mask=m)
+    Triton sigmoid launched directly (no FlagGems): :func:`.floors.sigmoid_floor`."""
+    from copyfix.measure.floors import sigmoid_floor
 
     x = torch.randn(SIDE, SIDE, device=device)
-    n, block = x.numel(), 1024
-    grid = (triton.cdiv(n, block), 1, 1)
-    k = _sigmoid.warmup(x, x, n, block, grid=grid)
-    k._init_handles()
-    driver = triton.runtime.driver.active
-
-    lib = torch.library.Library("copyfix_floor", "DEF")
-    lib.define("sigmoid(Tensor x) -> Tensor")
-
-    def impl(t):
-        out = torch.empty_like(t)
-        dev = driver.get_current_device()
-        k.run(*grid, driver.get_current_stream(dev), k.function, k.packed_metadata,
-              None, None, None, t, out, t.numel(), block)  # fmt: skip
-        return out
-
-    lib.impl("sigmoid", impl, "CUDA")
-    op = torch.ops.copyfix_floor.sigmoid
+    op = sigmoid_floor(torch, x)
     assert torch.equal(op(x), torch.sigmoid(x)) or torch.allclose(
         op(x), torch.sigmoid(x)
     )
@@ -140,35 +115,13 @@ def _floor(torch, timer, device):
 def _copy_floor(torch, timer, device):
     """The floor for copy_: an in-place torch.library op on the CUDA key (no
     allocation) that launches an already compiled Triton copy of a contiguous 64x64
-    tensor (no FlagGems); eager is aten's copy_ of the same tensors."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def _copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        m = offs < n
-        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
+    tensor (no FlagGems): :func:`.floors.copy_floor`; eager is aten's copy_ of the
+    same tensors."""
+    from copyfix.measure.floors import copy_floor
 
     x = torch.randn(SIDE, SIDE, device=device)
     dst = torch.empty_like(x)
-    n, block = x.numel(), 1024
-    grid = (triton.cdiv(n, block), 1, 1)
-    k = _copy.warmup(x, dst, n, block, grid=grid)
-    k._init_handles()
-    driver = triton.runtime.driver.active
-
-    lib = torch.library.Library("copyfix_floor_copy", "DEF")
-    lib.define("copy_(Tensor(a!) dst, Tensor src) -> Tensor(a!)")
-
-    def impl(d, src):
-        dev = driver.get_current_device()
-        k.run(*grid, driver.get_current_stream(dev), k.function, k.packed_metadata,
-              None, None, None, src, d, src.numel(), block)  # fmt: skip
-        return d
-
-    lib.impl("copy_", impl, "CUDA")
-    op = torch.ops.copyfix_floor_copy.copy_
+    op, _ = copy_floor(torch, x)
     op(dst, x)
     assert torch.equal(dst, x)
     null = contextlib.nullcontext
