@@ -12,6 +12,7 @@ stand-in for the compiled kernel (copyfix.emulation.interpreter.InterpretedKerne
 """
 
 import contextlib
+import inspect
 import sys
 import threading
 import types
@@ -104,7 +105,7 @@ def fresh_plans():
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
-def test_first_call_is_the_uncached_path_and_a_hit_skips_it(flavour):
+def test_first_calls_are_the_uncached_path_and_a_hit_skips_it(flavour):
     f = FNS[flavour].axpy
     x, y = rand(4, 6), rand(4, 6, seed=1)
     cache = f._launch_cache
@@ -115,9 +116,12 @@ def test_first_call_is_the_uncached_path_and_a_hit_skips_it(flavour):
             LibEntry, "run", autospec=True, side_effect=stock_run
         ) as entry,
     ):
-        first = f(x, 2.0, y)
+        zeroth = f(x, 2.0, y)  # remembered only
         assert prepare.call_count == 1 and entry.call_count == 1
-        assert counts(cache) == (0, 1) and len(cache.plans) == 1
+        assert counts(cache) == (0, 1) and not cache.plans
+        first = f(x, 2.0, y)  # recorded
+        assert prepare.call_count == 2 and entry.call_count == 2
+        assert counts(cache) == (0, 2) and len(cache.plans) == 1
         (plan,) = cache.plans.values()
         x2, y2 = rand(4, 6, seed=2), rand(4, 6, seed=3)
         kernel, launcher = plan.kernel, plan.launcher
@@ -127,10 +131,11 @@ def test_first_call_is_the_uncached_path_and_a_hit_skips_it(flavour):
             second = f(x2, 3.0, y2)
         finally:
             plan.launcher = launcher
-        assert prepare.call_count == 1 and entry.call_count == 1  # derivations skipped
+        assert prepare.call_count == 2 and entry.call_count == 2  # derivations skipped
         assert launches == [kernel.function]  # the recorded kernel, once
-        assert counts(cache) == (1, 1)
-    assert same(first, uncached(lambda a, b: f(a, 2.0, b), x, y)[0])
+        assert counts(cache) == (1, 2)
+    assert same(zeroth, uncached(lambda a, b: f(a, 2.0, b), x, y)[0])
+    assert same(first, zeroth)
     assert same(second, uncached(lambda a, b: f(a, 3.0, b), x2, y2)[0])
 
 
@@ -140,12 +145,13 @@ def test_instantiated_wrapper_hits_too(flavour):
     f = FNS[flavour].axpy
     x, y, out = rand(3, 5), rand(3, 5, seed=1), torch.empty(5, 3, device=DEV).t()
     wrapper = f.instantiate(2)
-    assert wrapper(x, 2.0, y, out0=out) is out
+    for _ in range(2):  # remembered, recorded
+        assert wrapper(x, 2.0, y, out0=out) is out
     ref = uncached(lambda a, b, o: wrapper(a, 2.0, b, out0=o), x, y, out)[1][2]
     assert same(out, ref)
     out.zero_()
     assert wrapper(x, 2.0, y, out0=out) is out
-    assert counts(wrapper.launch_cache) == (1, 1) and same(out, ref)
+    assert counts(wrapper.launch_cache) == (1, 2) and same(out, ref)
 
 
 def _signature_pairs():
@@ -199,6 +205,7 @@ def _scenario(flavour, field):
     uncached path."""
     f = FNS[flavour].axpy
     a, b = _signature_pairs()[field]
+    a(f)
     a(f)
     a(f)  # a hit of A's plan
     misses = f._launch_cache.misses
@@ -276,6 +283,7 @@ def test_current_device_and_stream_are_read_at_each_launch(flavour):
     f = FNS[flavour].axpy
     x = rand(4, 6)
     f(x, 2.0, x)
+    f(x, 2.0, x)
     driver = triton.runtime.driver.active
     streams = []
     stock_stream = driver.get_current_stream
@@ -303,18 +311,38 @@ def test_current_device_and_stream_are_read_at_each_launch(flavour):
     assert same(got, uncached(lambda a: f(a, 2.0, a), x)[0])
 
 
+@contextlib.contextmanager
+def _enter_hook(hook):
+    """A launch-enter hook where this Triton keeps it: a HookChain in knobs.runtime
+    (3.5+), a plain attribute of knobs.runtime (3.4) or of CompiledKernel (3.0-3.3)."""
+    if emulation.interpreter._triton_version() >= (3, 4):
+        holder = triton.knobs.runtime
+    else:
+        from triton.compiler.compiler import CompiledKernel as holder
+    chain = holder.launch_enter_hook
+    if hasattr(chain, "add"):
+        chain.add(hook)
+        try:
+            yield
+        finally:
+            chain.remove(hook)
+        return
+    holder.launch_enter_hook = hook
+    try:
+        yield
+    finally:
+        holder.launch_enter_hook = chain
+
+
 def test_launch_hooks_see_every_launch():
     f = FNS["generic"].axpy
     x = rand(4, 6)
     seen = []
-    hook = lambda meta: seen.append(meta)  # noqa: E731
-    triton.knobs.runtime.launch_enter_hook.add(hook)
-    try:
+    with _enter_hook(lambda meta: seen.append(meta)):
+        f(x, 2.0, x)
         f(x, 2.0, x)
         f(x, 2.0, x)  # a hit
-    finally:
-        triton.knobs.runtime.launch_enter_hook.remove(hook)
-    assert f._launch_cache.hits == 1 and len(seen) == 2 and seen[1] is not None
+    assert f._launch_cache.hits == 1 and len(seen) == 3 and seen[2] is not None
 
 
 # ----------------------------------------------------------------- results
@@ -339,7 +367,7 @@ def test_bit_exact_against_the_uncached_path(flavour, layout, dtype):
     fns = FNS[flavour]
     view = LAYOUTS[layout]
     scalar = 3 if dtype == torch.int32 else 0.5
-    for seed in range(3):  # the first call records, the next two hit
+    for seed in range(4):  # remembered, recorded, then two hits
         x, y = rand(6, 8, dtype=dtype, seed=seed), rand(6, 8, dtype=dtype, seed=9)
         got = fns.axpy(view(x), scalar, view(y)), fns.pair(view(x))
         want = uncached(
@@ -354,7 +382,7 @@ def test_output_aliasing_an_input(flavour):
     f = FNS[flavour].axpy
 
     def run(x, y):
-        for _ in range(3):  # in place, then a partial overlap of out with an input
+        for _ in range(4):  # in place, then a partial overlap of out with an input
             f(x, 2.0, y, out0=x)
             f(x[:-1], 0.5, y[1:], out0=x[1:])
         return x
@@ -369,13 +397,13 @@ def test_output_aliasing_an_input(flavour):
 def test_zero_size_and_zero_dim(flavour):
     fns = FNS[flavour]
     cases = [rand(0, 3), rand(3, 0).t(), torch.tensor(1.5, device=DEV), rand(1, 1)]
-    for _ in range(2):
+    for _ in range(3):
         hits = fns.axpy._launch_cache.hits
         for x in cases:
             got = fns.axpy(x, 2.0, x), fns.pair(x)
             want = uncached(lambda a: (fns.axpy(a, 2.0, a), fns.pair(a)), x)[0]
             assert same(got, want)
-    assert fns.axpy._launch_cache.hits == hits + len(cases)  # the second pass hits
+    assert fns.axpy._launch_cache.hits == hits + len(cases)  # the third pass hits
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
@@ -418,6 +446,7 @@ def test_calls_it_cannot_key_stay_uncached(flavour):
             call()
     assert not wrapper.launch_cache.plans and not f._launch_cache.plans
     odd[2]()
+    odd[2]()
     assert len(f._launch_cache.plans) == 1
 
 
@@ -426,7 +455,7 @@ def test_a_call_that_launches_twice_is_not_cached():
     cache = lc.LaunchCache()
     both = lambda x: (fns.axpy(x, 2.0, x), fns.pair(x))  # noqa: E731
     x = rand(4, 6)
-    for _ in range(3):
+    for _ in range(4):
         got = cache(both, (x,), {})
     assert cache.plans and all(p is lc._UNCACHEABLE for p in cache.plans.values())
     assert same(got, uncached(both, x)[0]) and cache.hits == 0
@@ -436,11 +465,140 @@ def test_plans_are_bounded():
     f = FNS["generic"].axpy
     with mock.patch.object(lc, "MAX_PLANS", 4):
         for n in range(1, 7):
-            f(rand(n, 3), 2.0, rand(n, 3))
+            for _ in range(2):  # remembered, recorded
+                f(rand(n, 3), 2.0, rand(n, 3))
         assert len(f._launch_cache.plans) == 4
         misses = f._launch_cache.misses
-        f(rand(1, 3), 2.0, rand(1, 3))  # the oldest plan was dropped
+        f(rand(1, 3), 2.0, rand(1, 3))  # the oldest plan (never hit) was dropped
         assert f._launch_cache.misses == misses + 1
+
+
+def _recordings(cache):
+    """A spy on lc._plan: how many calls were recorded (a plan built)."""
+    return mock.patch.object(lc, "_plan", wraps=lc._plan)
+
+
+def test_one_off_signatures_are_only_remembered():
+    f = FNS["generic"].axpy
+    with mock.patch.object(lc, "MAX_SEEN", 3), _recordings(f) as plan:
+        for n in range(1, 9):
+            x = rand(n, 2)
+            assert same(f(x, 2.0, x), uncached(lambda a: f(a, 2.0, a), x)[0])
+        assert plan.call_count == 0 and not f._launch_cache.plans
+        assert len(f._launch_cache.seen) == 3  # bounded
+
+
+def test_a_round_robin_over_more_signatures_than_the_cap_keeps_its_plans():
+    """FIFO would evict each plan just before its next call (0 hits, a recording per
+    call); the clock keeps the plans it holds and records nothing in steady state."""
+    f = FNS["generic"].axpy
+    xs = [rand(n, 2, seed=n) for n in range(1, 7)]
+    want = [uncached(lambda a: f(a, 2.0, a), x)[0] for x in xs]
+    with mock.patch.object(lc, "MAX_PLANS", 4), _recordings(f) as plan:
+        for _ in range(4):  # warm-up cycles
+            for x in xs:
+                f(x, 2.0, x)
+        hits, recorded = f._launch_cache.hits, plan.call_count
+        for _ in range(3):
+            for x, w in zip(xs, want):
+                assert same(f(x, 2.0, x), w)
+        assert f._launch_cache.hits - hits == 3 * 4  # the 4 plans held hit each cycle
+        assert plan.call_count == recorded  # and nothing more was recorded
+
+
+def test_stale_plans_give_way_to_new_signatures():
+    f = FNS["generic"].axpy
+    old = [rand(n, 2) for n in range(1, 5)]
+    new = [rand(n, 3) for n in range(1, 5)]
+    with mock.patch.object(lc, "MAX_PLANS", 4):
+        for _ in range(4):
+            for x in old:
+                f(x, 2.0, x)
+        for _ in range(6):
+            for x in new:
+                f(x, 2.0, x)
+        hits = f._launch_cache.hits
+        for x in new:
+            f(x, 2.0, x)
+        assert f._launch_cache.hits == hits + len(new)
+
+
+def test_a_call_that_writes_without_a_recorded_launch_is_not_cached():
+    """A wrapper that computes its output without recorded_launch (a foreign wrapper,
+    say) records no launch: caching its allocation would return uninitialised memory."""
+    cache = lc.LaunchCache()
+    outs = [cache(lambda a: a + 1, (rand(4, 6, seed=k),), {}) for k in range(4)]
+    for k, out in enumerate(outs):
+        assert torch.equal(out, rand(4, 6, seed=k) + 1)
+    assert cache.hits == 0 and all(p is lc._UNCACHEABLE for p in cache.plans.values())
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_wrapper_files_are_named_by_their_source(flavour):
+    """Two installs sharing a code cache (one without this cache writes the same
+    stem) never load each other's wrapper: the file name holds its source's hash."""
+    import hashlib
+    from pathlib import Path
+
+    wrapper = FNS[flavour].axpy.instantiate(3)
+    path = Path(inspect.getsourcefile(wrapper.__wrapped__))
+    digest = hashlib.sha256(path.read_text().encode()).hexdigest()[:16]
+    assert path.stem.endswith("_" + digest) and "recorded_launch" in path.read_text()
+    assert lc.source_named("d/a.py", "x") != lc.source_named("d/a.py", "y")
+    assert lc.source_named("d/a.py", "x").startswith("d/a_")
+
+
+def test_stats_and_clear_while_other_threads_make_caches():
+    errors, done = [], threading.Event()
+
+    def make():
+        try:
+            for _ in range(3000):
+                lc.LaunchCache()
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+        finally:
+            done.set()
+
+    def read():
+        try:
+            while not done.is_set():
+                lc.stats()
+                lc.clear()
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=make), threading.Thread(target=read)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+@pytest.mark.parametrize(
+    "version, convention",
+    [
+        ("3.0.0", (False, "CompiledKernel")),
+        ("3.0.0+a48aedef", (False, "CompiledKernel")),
+        ("3.2.0", (False, "CompiledKernel")),
+        ("3.3.1", (True, "CompiledKernel")),
+        ("3.4.0", (True, "knobs")),
+        ("3.6.0", (True, "knobs")),
+        ("2.3.1", None),
+        ("3.7.0", None),
+        ("unknown", None),
+    ],
+)
+def test_launcher_convention_by_version(version, convention):
+    assert lc._launcher_convention(version) == convention
+
+
+def test_the_launcher_convention_is_this_tritons():
+    """The cache launches as this Triton's JITFunction.run does (the emulation's
+    compiled-kernel stand-in refuses any other argument list)."""
+    assert lc._ABI_KNOWN and lc.is_enabled()
+    assert lc._CONSTEXPRS_PASSED == emulation.interpreter.constexprs_in_launch()
 
 
 def test_threads_share_plans_without_torn_entries():
@@ -477,6 +635,7 @@ def test_the_switch():
             f(x, 2.0, x)
         assert not f._launch_cache.plans and not lc.is_enabled()
     f(x, 2.0, x)
+    f(x, 2.0, x)
     assert len(f._launch_cache.plans) == 1 and lc.is_enabled()
 
 
@@ -488,7 +647,7 @@ def test_copy_dispatched_under_use_gems_hits(layout, dtype):
     view = LAYOUTS[layout]
     dst = torch.empty_like(view(rand(6, 8, dtype=dtype)))
     with flag_gems.use_gems(include=["copy_"]):
-        for seed in range(3):
+        for seed in range(4):
             src = view(rand(6, 8, dtype=dtype, seed=seed))
             dst.copy_(src)
             with cache_off():
@@ -504,13 +663,13 @@ def test_what_the_key_leaves_out_does_not_change_the_launch(flavour):
     f = FNS[flavour].axpy
     x = rand(4, 6)
     variants = [x, x._neg_view(), rand(4, 6, seed=5).requires_grad_(), x.t().t()]
-    for v in variants:  # one signature: the first records, the rest hit
+    for v in variants:  # one signature: remembered, recorded, then hits
         got = f(v, 2.0, v)
         with cache_off():  # (on v itself: a clone would resolve the negation)
             want = f(v, 2.0, v)
         assert same(got, want)
         assert not got.is_neg() and not got.requires_grad
-    assert f._launch_cache.hits == len(variants) - 1
+    assert f._launch_cache.hits == len(variants) - 2
 
 
 def test_named_tensors_stay_uncached():
@@ -526,13 +685,15 @@ def test_named_tensors_stay_uncached():
         assert lc._key((x,), {}, ()) is None
         f = FNS["generic"].axpy
         f(x, 2.0, x)
-        assert not f._launch_cache.plans
+        f(x, 2.0, x)
+        assert not f._launch_cache.plans and not f._launch_cache.seen
 
 
 def test_a_misaligned_allocation_takes_the_uncached_path():
     """Allocated outputs are not in the key: their alignment is checked at each hit."""
     f = FNS["generic"].axpy
     x = rand(4, 6)
+    f(x, 2.0, x)
     f(x, 2.0, x)
     stock = torch.empty_strided
 
@@ -552,6 +713,7 @@ def test_the_block_pointer_setting_is_in_the_key(flavour):
     """pointwise_dynamic's salt: prefer_block_pointer picks another overload."""
     f = FNS[flavour].axpy
     x = rand(4, 6)
+    f(x, 2.0, x)
     f(x, 2.0, x)
     stock = f.config.prefer_block_pointer
     try:

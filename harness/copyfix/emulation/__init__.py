@@ -58,7 +58,7 @@ ENV_MODE = "COPYFIX_EMULATION"
 # torch 2.13.0 is the CPU development build, torch 2.11.x is on the GPU box.
 SUPPORTED_VERSIONS = {
     "torch": ("2.13.0", "2.11."),
-    "triton": ("3.6.0",),
+    "triton": ("3.0.0", "3.2.0", "3.3.1", "3.4.0", "3.5.1", "3.6.0"),
 }
 
 # The FlagGems bases the patches were written for.  A base is recognised by the sha256

@@ -9,6 +9,7 @@ interpreter), its conversions are made to match compiled Triton's, and
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import sys
 import tempfile
@@ -30,39 +31,89 @@ _state = threading.local()  # .staging > 0 while the interpreter writes results 
 _GRID_LOCK = threading.RLock()
 
 
-# --- triton 3.6.0 runtime/jit.py JITFunction.run returns the CompiledKernel it
+# --- triton 3.0-3.6 runtime/jit.py JITFunction.run returns the CompiledKernel it
 # launched; flag_gems' LibEntry (5.0.2 and main) caches it and launches it later as
-# `kernel[grid](*args)`, with every kernel parameter in signature order, constexprs
-# included (compiler/compiler.py CompiledKernel.__getitem__ and the 3.6 launcher).
-# PR 3's launch cache (flag_gems/utils/launch_cache.py) gets it from
-# `JITFunction.warmup` and launches it itself through the launcher's ABI:
-# `kernel.run(gx, gy, gz, stream, kernel.function, kernel.packed_metadata,
-# launch_metadata, enter_hook, exit_hook, *args)` (compiler.py CompiledKernel.run,
-# .launch_metadata).  The interpreter compiles nothing and returns None.
+# `kernel[grid](*args)` (compiler/compiler.py CompiledKernel.__getitem__).  The
+# launcher's convention depends on the version (each wheel's jit.py JITFunction.run,
+# compiler.py CompiledKernel and nvidia driver.py):
+# - 3.0-3.2: `kernel.run(gx, gy, gz, stream, function, packed_metadata, meta, enter,
+#   exit, *non_constexpr_args)`: the constexprs are baked into the compiled kernel and
+#   are not passed; LibEntry passes only the others on these versions;
+# - 3.3-3.6: the same, with every parameter in signature order, constexprs included
+#   (the launcher skips them: their values are the baked ones);
+# - the launch hooks are CompiledKernel.launch_enter_hook/launch_exit_hook (class
+#   attributes) up to 3.3, knobs.runtime's from 3.4 (None by default on 3.4, an empty
+#   HookChain on 3.5-3.6).
+# PR 3's launch cache (flag_gems/utils/launch_cache.py) launches the compiled kernel
+# itself through that convention.  The interpreter compiles nothing and returns None.
 # InterpretedKernel stands in for the CompiledKernel: the same launch protocol (launch
-# hooks included), run on the interpreter, and as strict as the compiled launcher
-# about the argument count and about launching the function it is handed.
+# hooks included), run on the interpreter, and at least as strict as the compiled
+# launcher: the argument count of the version's convention, the handles it was given,
+# and constexpr values equal to the ones it was "compiled" with (a compiled kernel
+# would silently use its baked values; this one refuses).
+def _triton_version() -> tuple[int, int]:
+    import triton
+
+    major, minor = triton.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+def constexprs_in_launch() -> bool:
+    """Whether this Triton's launcher takes the constexpr parameters too (3.3+)."""
+    return _triton_version() >= (3, 3)
+
+
+def launch_hooks():
+    """(enter, exit) launch hooks where this Triton keeps them."""
+    if _triton_version() >= (3, 4):
+        from triton import knobs
+
+        runtime = knobs.runtime
+    else:
+        from triton.compiler.compiler import CompiledKernel as runtime
+    return runtime.launch_enter_hook, runtime.launch_exit_hook
+
+
 class InterpretedKernel:
     packed_metadata = ("copyfix-interpreted",)
 
-    def __init__(self, jit_fn):
+    def __init__(self, jit_fn, constexprs):
         self.jit_fn = jit_fn
         self.function = jit_fn  # what the launcher launches: checked at each launch
+        self.constexprs = constexprs  # {name: value} it was "compiled" with
 
     def launch_metadata(self, grid, stream, *args):
         return {"name": self.jit_fn.__name__, "stream": stream}
 
+    def _all_args(self, args):
+        params = self.jit_fn.params
+        if constexprs_in_launch():
+            taken, what = params, "every parameter, constexprs included"
+        else:
+            taken = [p for p in params if not p.is_constexpr]
+            what = "its non-constexpr parameters"
+        if len(args) != len(taken):
+            raise TypeError(
+                f"{self.jit_fn!r} launched with {len(args)} arguments; the compiled "
+                f"kernel takes {len(taken)} ({what})"
+            )
+        given = dict(zip((p.name for p in taken), args))
+        for name, baked in self.constexprs.items():
+            if name in given and not _same_constexpr(given[name], baked):
+                raise TypeError(
+                    f"{self.jit_fn!r} launched with constexpr {name}={given[name]!r}; "
+                    f"it was compiled for {baked!r}"
+                )
+        return [
+            self.constexprs[p.name] if p.is_constexpr else given[p.name] for p in params
+        ]
+
     def run(
         self, gx, gy, gz, stream, function, packed_metadata, meta, enter, leave, *args
     ):
-        params = self.jit_fn.params
-        if len(args) != len(params):
-            raise TypeError(
-                f"{self.jit_fn!r} launched with {len(args)} arguments; the compiled "
-                f"kernel takes {len(params)} (every parameter, constexprs included)"
-            )
         if function is not self.function or packed_metadata is not self.packed_metadata:
             raise TypeError(f"{self.jit_fn!r} launched with another kernel's handles")
+        args = self._all_args(args)
         if enter is not None:
             enter(meta)
         with _GRID_LOCK:
@@ -71,16 +122,17 @@ class InterpretedKernel:
             leave(meta)
 
     def __getitem__(self, grid):
-        from triton import knobs
-
         def runner(*args):
-            runtime = knobs.runtime
+            enter, leave = launch_hooks()
             meta = self.launch_metadata(grid, None, *args)
             self.run(grid[0], grid[1], grid[2], None, self.function,
-                     self.packed_metadata, meta, runtime.launch_enter_hook,
-                     runtime.launch_exit_hook, *args)  # fmt: skip
+                     self.packed_metadata, meta, enter, leave, *args)  # fmt: skip
 
         return runner
+
+
+def _same_constexpr(a, b) -> bool:
+    return type(a) is type(b) and a == b
 
 
 def import_triton_uninterpreted() -> None:
@@ -138,18 +190,40 @@ def patch_triton_interpreter() -> None:
         def __init__(self, fn, **options):
             super().__init__(fn, **options)
             self.interpreted = StockInterpretedFunction(fn, **options)
-            self.pre_run_hooks = self.interpreted.pre_run_hooks  # one shared list
+            # 3.6's interpreter runs the pre-run hooks itself (one shared list);
+            # before 3.6 it has none, and this object runs JITFunction's own list
+            # as compiled Triton's JITFunction.run does
+            stock_hooks = getattr(self.interpreted, "pre_run_hooks", None)
+            self._runs_hooks = stock_hooks is None
+            if stock_hooks is not None:
+                self.pre_run_hooks = stock_hooks
 
         def run(self, *args, grid, warmup, **kwargs):
             kwargs = strip_xpu_launch_options(self, kwargs)
+            if self._runs_hooks:
+                for hook in self.pre_run_hooks:
+                    hook(*args, **kwargs)
             with _GRID_LOCK:
                 self.interpreted.run(*args, grid=grid, warmup=warmup, **kwargs)
-            return InterpretedKernel(self)
+            return InterpretedKernel(self, self._constexprs(args, kwargs))
+
+        def _constexprs(self, args, kwargs):
+            baked = {}
+            for p in self.params:
+                if not p.is_constexpr:
+                    continue
+                if p.num < len(args):
+                    baked[p.name] = args[p.num]
+                elif p.name in kwargs:
+                    baked[p.name] = kwargs[p.name]
+                elif p.default is not inspect.Parameter.empty:
+                    baked[p.name] = p.default
+            return baked
 
         def __call__(self, *args, **kwargs):  # device-function call inside a kernel
             return self.interpreted(*args, **kwargs)
 
-        def rewrite(self):
+        def rewrite(self):  # (3.2+: the interpreter rewrites the function's AST)
             return self.interpreted.rewrite()
 
         def __repr__(self):
@@ -169,7 +243,9 @@ def patch_triton_interpreter() -> None:
         if not any(
             value is tl or value is tl.core for value in fn.__globals__.values()
         ):
-            return interpreter._LangPatchScope()
+            # (3.6 returns the scope it patched in; before 3.6 nothing is returned)
+            scope = getattr(interpreter, "_LangPatchScope", None)
+            return scope() if scope is not None else None
         return stock_patch_lang(fn)
 
     interpreter._patch_lang = _patch_lang
@@ -273,10 +349,35 @@ def patch_triton_interpreter() -> None:
 
     torch.UntypedStorage.copy_ = _storage_copy_
 
-    def _restore_args_dev(self, *args, **kwargs):
+    # --- triton 3.0-3.2 runtime/interpreter.py GridExecutor: the host copy of a
+    # tensor argument is `arg.cpu()`, which for a CPU tensor is the tensor itself (or,
+    # for a lazily negated one, the plain alias made below), and the write-back is
+    # `arg_dev.data.copy_(arg_hst.to(arg_dev.device).data)`: a Tensor.copy_ of memory
+    # onto itself, which would reach the kunlunxin copy_ under test.  Such pairs (the
+    # same memory, same view) are left out of the write-back, as 3.3+'s storage
+    # self-copies are above; any other pair is written back as before.
+    def _same_memory(dev, hst):
+        return (
+            isinstance(dev, torch.Tensor)
+            and isinstance(hst, torch.Tensor)
+            and dev.device == hst.device
+            and dev.data_ptr() == hst.data_ptr()
+            and dev.size() == hst.size()
+            and dev.stride() == hst.stride()
+        )
+
+    def _restore_args_dev(self, args_dev, args_hst, kwargs, kwargs_hst):
+        if _triton_version() < (3, 3):
+            pairs = [
+                (d, h) for d, h in zip(args_dev, args_hst) if not _same_memory(d, h)
+            ]
+            args_dev, args_hst = [d for d, _ in pairs], [h for _, h in pairs]
+            kept = [k for k in kwargs if not _same_memory(kwargs[k], kwargs_hst[k])]
+            kwargs = {k: kwargs[k] for k in kept}
+            kwargs_hst = {k: kwargs_hst[k] for k in kept}
         _state.staging = getattr(_state, "staging", 0) + 1
         try:
-            return stock_restore(self, *args, **kwargs)
+            return stock_restore(self, args_dev, args_hst, kwargs, kwargs_hst)
         finally:
             _state.staging -= 1
 

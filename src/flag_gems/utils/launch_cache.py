@@ -16,10 +16,11 @@
 
 A pointwise call spends most of its host time deriving things that only depend on
 the call's signature: type promotion, the output layout, tile sizes and grid, and
-LibEntry's kernel key.  The first call of a signature runs the usual path and
-records its single kernel launch; later calls of the same signature allocate the
-outputs and launch the recorded compiled kernel with their own pointers and scalar
-values.
+LibEntry's kernel key.  A signature's first call runs the usual path and is only
+remembered; its second call runs the usual path too and records its single kernel
+launch (the compiled kernel that launch returned); later calls of the same signature
+allocate the outputs and launch that compiled kernel with their own pointers and
+scalar values.  A one-off signature thus costs its key and nothing more.
 
 The key holds everything that launch depends on: for each tensor its dtype, shape,
 strides, device and 16-byte pointer alignment; for each Python scalar its type (and,
@@ -28,11 +29,21 @@ which outputs are given; plus a caller's salt (``pointwise_dynamic`` adds the de
 dtype and its block-pointer setting).  The current device, current stream and launch
 hooks are read at every launch.  Calls that cannot be keyed (tensor subclasses,
 StridedBuffer, sparse or named tensors, other scalar types), that launch more than
-one kernel, or whose launch was not recorded as described stay on the uncached path
-(a call that launches nothing, a zero-size one, is cached as its allocations).
+one kernel, or whose launch was not recorded as described stay on the uncached path.
+A call that launched nothing is cached (as its allocations) only if every output is
+empty.
+
+The compiled kernel is launched the way the installed Triton's own ``JITFunction.run``
+launches it; the cache is active on the versions whose convention it implements
+(3.0 to 3.6, see ``_LAUNCHER``) and off, with every call uncached, on any other.
+
+A full cache (``MAX_PLANS``) admits a new signature only by evicting a plan that had
+no hit since the eviction hand last passed it (a clock with one step per admission), so
+a round robin over more signatures than the cap keeps the plans it holds.
 """
 
 import functools
+import hashlib
 import inspect
 import os
 import re
@@ -42,7 +53,6 @@ from typing import Callable
 
 import torch
 import triton
-from triton import knobs
 from triton.runtime.driver import driver
 from triton.runtime.jit import JITFunction
 
@@ -50,23 +60,70 @@ from flag_gems.utils.libentry import LibEntry
 from flag_gems.utils.tensor_wrapper import StridedBuffer
 
 # Plans kept per cache (one cache per pointwise function and per instantiated
-# wrapper): the oldest plan is dropped when a new signature would exceed it.
+# wrapper), and signatures remembered after their first call.
 MAX_PLANS = 256
+MAX_SEEN = 4 * MAX_PLANS
 
-# Triton 3.3 to 3.6 launch a CompiledKernel as
-# run(gx, gy, gz, stream, function, packed_metadata, launch_metadata,
-#     enter_hook, exit_hook, *every_param_in_signature_order), constexprs included:
-# the convention LibEntry follows for these versions.  Others keep the uncached path.
-_TRITON = re.match(r"(\d+)\.(\d+)", triton.__version__)
-_ABI_KNOWN = bool(_TRITON) and (3, 3) <= tuple(map(int, _TRITON.groups())) <= (3, 6)
+
+def _launcher_convention(version: str):
+    """(constexprs passed, where the launch hooks live) for a Triton version, or None
+    where the launcher's convention is not known.  From each wheel's runtime/jit.py
+    JITFunction.run and compiler/compiler.py CompiledKernel:
+
+    * 3.0-3.2: ``run(gx, gy, gz, stream, function, packed_metadata, launch_metadata,
+      enter_hook, exit_hook, *non_constexpr_args)``, hooks are class attributes of
+      CompiledKernel;
+    * 3.3: the same with every parameter in signature order, constexprs included;
+    * 3.4-3.6: as 3.3, hooks in ``triton.knobs.runtime`` (None by default on 3.4, an
+      empty HookChain on 3.5 and 3.6)."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    found = tuple(map(int, match.groups())) if match else None
+    if found is None or not (3, 0) <= found <= (3, 6):
+        return None
+    return found >= (3, 3), "knobs" if found >= (3, 4) else "CompiledKernel"
+
+
+_LAUNCHER = _launcher_convention(triton.__version__)
+_ABI_KNOWN = _LAUNCHER is not None
+_CONSTEXPRS_PASSED = bool(_LAUNCHER and _LAUNCHER[0])
+# where this Triton keeps the launch hooks (read at every launch), imported only on
+# the versions that have it
+if _LAUNCHER and _LAUNCHER[1] == "knobs":
+    from triton import knobs as _knobs
+
+    def _hook_holder():
+        return _knobs.runtime
+
+    _HOOK_CHAIN = getattr(_knobs, "HookChain", None)
+elif _LAUNCHER:
+    from triton.compiler.compiler import CompiledKernel as _CompiledKernel
+
+    def _hook_holder():
+        return _CompiledKernel
+
+    _HOOK_CHAIN = None
+else:  # an unknown launcher: the cache stays off and reads no hooks
+    _hook_holder, _HOOK_CHAIN = None, None
+
 _TENSOR, _PARAMETER = torch.Tensor, torch.nn.Parameter
 _PLAIN_TENSORS = (_TENSOR, _PARAMETER)
 _UNCACHEABLE = object()
-_HOOK_CHAIN = getattr(knobs, "HookChain", None)
 _HAS_NAMES = hasattr(torch.Tensor, "has_names")
 _CACHES = weakref.WeakSet()
+_CACHES_LOCK = threading.Lock()  # guards _CACHES (added to by first calls)
 # on, and the launcher's convention known (read at every call: one global)
 _ACTIVE = os.environ.get("FLAGGEMS_LAUNCH_CACHE", "1") != "0" and _ABI_KNOWN
+
+
+def source_named(path, source: str) -> str:
+    """``path`` (a generated wrapper's file) with a hash of ``source`` in its name.
+
+    The wrappers launch through :func:`recorded_launch`, so their source differs from
+    what a FlagGems without this cache generates under the same name; two installs
+    sharing a code cache directory then never load each other's wrapper."""
+    stem, ext = os.path.splitext(str(path))
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    return f"{stem}_{digest}{ext}"
 
 
 def set_enabled(enabled: bool) -> None:
@@ -89,30 +146,34 @@ _recording = _Recording()
 def recorded_launch(kernel, grid):
     """``kernel[grid]``, which also records the launch while a call is recorded.
 
-    The generated wrappers launch through this.  A recorded launch also fetches the
-    compiled kernel, under the same current device and with the same arguments."""
+    The generated wrappers launch through this.  The record is the compiled kernel the
+    launch itself returned (LibEntry returns it with its constexprs)."""
     launches = _recording.launches
     if launches is None:
         return kernel[grid]
 
     def launch(*args, **kwargs):
-        kernel[grid](*args, **kwargs)
-        launches.append(_record_launch(kernel, grid, args, kwargs))
+        launched = kernel[grid](*args, **kwargs)
+        launches.append(_record_launch(kernel, grid, args, kwargs, launched))
+        return launched
 
     return launch
 
 
-def _record_launch(kernel, grid, args, kwargs):
-    fn = kernel.fn if type(kernel) is LibEntry else kernel
+def _record_launch(kernel, grid, args, kwargs, launched):
+    libentry = type(kernel) is LibEntry
+    fn = kernel.fn if libentry else kernel
     if not isinstance(fn, JITFunction) or getattr(fn, "pre_run_hooks", None):
-        return None  # autotuned/heuristic kernels, or hooks a warmup would run again
+        return None  # autotuned/heuristic kernels, or hooks a cached launch would skip
     if not (isinstance(grid, tuple) and all(type(g) is int for g in grid)):
         return None
-    compiled = fn.warmup(*args, grid=grid, **kwargs)  # the JIT's cached kernel
+    compiled = launched[0] if libentry and type(launched) is tuple else launched
     if not all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata")):
-        return None
-    values = []  # every parameter in signature order, as the launcher takes them
+        return None  # nothing compiled was launched (a compile hook, an interpreter)
+    values = []  # the parameters the launcher takes, in signature order
     for p in fn.params:
+        if p.is_constexpr and not _CONSTEXPRS_PASSED:
+            continue
         if p.num < len(args):
             values.append(args[p.num])
         elif p.name in kwargs:
@@ -167,11 +228,12 @@ class _Plan:
 
     __slots__ = (
         "single", "outs", "alloc", "given", "kernel", "launcher", "handles", "grid",
-        "tail", "device",
+        "tail", "device", "used",
     )  # fmt: skip
 
     def __init__(self, single, outs, launch):
         self.single, self.outs, self.kernel = single, tuple(outs), None
+        self.used = False  # hit since the eviction hand last passed it
         # the common cases: one output, which the call allocates or is given
         one = len(outs) == 1
         self.alloc = outs[0][1] if one else None
@@ -209,12 +271,12 @@ class _Plan:
                 return _UNCACHEABLE  # the uncached path enters the device guard
             stream = active.get_current_stream(device)
             values = (*args, *outs, *self.tail)
-            runtime = knobs.runtime
-            enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+            hooks = _hook_holder()
+            enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
             chain = _HOOK_CHAIN
             if (enter is None or (type(enter) is chain and not enter.calls)) and (
                 leave is None or (type(leave) is chain and not leave.calls)
-            ):  # no hook (3.3-3.5), or empty hook chains (3.6): nothing to call
+            ):  # no hook (3.0-3.4), or empty hook chains (3.5-3.6): nothing to call
                 meta = enter = leave = None
             else:
                 meta = self.kernel.launch_metadata(self.grid, stream, *values)
@@ -280,13 +342,20 @@ def _plan(args, kwargs, result, launches):
         if not all(type(v) in (int, float, bool) for v in values[len(operands) :]):
             return None
         return _Plan(single, outs, (*launches[0], len(operands)))
+    if any(out.numel() for out in results):
+        return None  # it wrote its outputs without a recorded launch
     return _Plan(single, outs, None)
 
 
+def _caches() -> list:
+    with _CACHES_LOCK:
+        return list(_CACHES)
+
+
 def stats() -> dict:
-    """Hits, misses (recorded calls) and plans held, over every cache.  The counts
-    are not locked: under threads they are approximate."""
-    caches = list(_CACHES)
+    """Hits, misses (calls that found no plan) and plans held, over every cache.  The
+    counts are not locked: under threads they are approximate."""
+    caches = _caches()
     return {
         "hits": sum(c.hits for c in caches),
         "misses": sum(c.misses for c in caches),
@@ -295,11 +364,12 @@ def stats() -> dict:
 
 
 def clear() -> None:
-    """Drop every plan (the next call of each signature is recorded again) and
+    """Drop every plan and remembered signature (each signature starts over) and
     reset the counts."""
-    for cache in list(_CACHES):
+    for cache in _caches():
         with cache.lock:
             cache.plans.clear()
+            cache.seen.clear()
             cache.hits = cache.misses = 0
 
 
@@ -307,10 +377,12 @@ class LaunchCache:
     """Plans by call signature for one function (see the module docstring)."""
 
     def __init__(self):
-        self.plans = {}
+        self.plans = {}  # key -> _Plan or _UNCACHEABLE, oldest first
+        self.seen = {}  # keys called once, oldest first (an ordered set)
         self.lock = threading.Lock()
         self.hits = self.misses = 0
-        _CACHES.add(self)
+        with _CACHES_LOCK:
+            _CACHES.add(self)
 
     def __call__(self, fn: Callable, args: tuple, kwargs: dict, salt=()):
         if not _ACTIVE or _recording.launches is not None:
@@ -323,10 +395,13 @@ class LaunchCache:
             if plan is not _UNCACHEABLE:
                 out = plan.run(args, kwargs)
                 if out is not _UNCACHEABLE:
+                    plan.used = True
                     self.hits += 1
                     return out
             return fn(*args, **kwargs)
         self.misses += 1
+        if not self._admit(key):
+            return fn(*args, **kwargs)
         launches = _recording.launches = []
         try:
             result = fn(*args, **kwargs)
@@ -334,10 +409,33 @@ class LaunchCache:
             _recording.launches = None
         plan = _plan(args, kwargs, result, launches)
         with self.lock:
-            if len(self.plans) >= MAX_PLANS:
-                del self.plans[next(iter(self.plans))]
-            self.plans[key] = _UNCACHEABLE if plan is None else plan
+            plans = self.plans
+            while len(plans) >= MAX_PLANS and key not in plans:  # admitted meanwhile
+                del plans[next(iter(plans))]
+            plans[key] = _UNCACHEABLE if plan is None else plan
         return result
+
+    def _admit(self, key) -> bool:
+        """Whether to record this call: a signature's second call, and room for it
+        (at most one held plan is examined: evicted if it had no hit since the hand
+        last passed it, else moved to the back and the newcomer not admitted)."""
+        with self.lock:
+            seen = self.seen
+            if key not in seen:
+                if len(seen) >= MAX_SEEN:
+                    del seen[next(iter(seen))]
+                seen[key] = None
+                return False
+            plans = self.plans
+            if len(plans) >= MAX_PLANS:
+                oldest = next(iter(plans))
+                victim = plans.pop(oldest)
+                if victim is not _UNCACHEABLE and victim.used:
+                    victim.used = False
+                    plans[oldest] = victim  # a second chance, at the back
+                    return False
+            del seen[key]
+            return True
 
 
 def cached(wrapper: Callable) -> Callable:
