@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.copyfix-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv demo test test-checkout-base lint bench pr patch upstream-check upstream-discover upstream-ci upstream-later mutate clean
+.PHONY: venv demo test test-checkout-base test-triton lint bench pr patch upstream-check upstream-discover upstream-ci upstream-later mutate clean
 
 venv: $(STAMP)
 
@@ -35,6 +35,14 @@ test-checkout-base: venv
 	git ls-files -z | xargs -0 cp --parents -t $(CHECKOUT_COPY)
 	FLAGGEMS_BASE=$(CURDIR)/build/synthetic-flaggems $(MAKE) -C $(CHECKOUT_COPY) test \
 		PYTEST_ARGS="tests/test_copy_ops.py tests/harness/test_emulation.py -p no:warnings"
+
+# The cpu emulation on another Triton (FlagGems' backends pin 3.0-3.6): a venv under
+# build/triton-$(TRITON) with only that Triton, everything else from .venv; the import
+# (base and composed) and the tests copyfix.triton_matrix names for that version.
+TRITON ?=
+test-triton: venv
+	@test -n "$(TRITON)" || { echo "usage: make test-triton TRITON=<version, e.g. 3.4.0>"; exit 2; }
+	$(PY) -m copyfix.triton_matrix $(TRITON)
 
 lint: venv
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -4,6 +4,8 @@
 # Steps:
 #   cost       python -m copyfix.measure.launch_cost nvidia, then kunlunxin-emulated (cuda
 #              emulation), into $OUT/launch_cache_h200.json (one run, one machine start)
+#   misses     python -m copyfix.measure.miss_cost (calls that do not hit, cache on vs off,
+#              stock NVIDIA backend) into $OUT/launch_cache_misses_h200.json
 #   up-5.0.2, up-main
 #              upstream's own tests that reach pointwise_dynamic (UP_TESTS, those present in
 #              the base) on a copy of .upstream/<base> with PR 3 applied (make pr's files),
@@ -30,6 +32,8 @@ for step in "$@"; do
       timeout "$(left)" python3 -m copyfix.measure.launch_cost nvidia --out "$OUT/launch_cache_h200.json" ${LC_ARGS:-} > "$log" 2>&1
       COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m copyfix.measure.launch_cost kunlunxin-emulated \
         --out "$OUT/launch_cache_h200.json" ${LC_ARGS:-} >> "$log" 2>&1 ;;
+    misses)
+      timeout "$(left)" python3 -m copyfix.measure.miss_cost --out "$OUT/launch_cache_misses_h200.json" > "$log" 2>&1 ;;
     up-*)
       base=${step#up-}; src=.upstream/$base; [ "$base" = 5.0.2 ] && src=.upstream/v5.0.2
       tree=/tmp/up-$base && rm -rf $tree && cp -r $src $tree

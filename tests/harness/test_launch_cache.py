@@ -579,12 +579,12 @@ def test_stats_and_clear_while_other_threads_make_caches():
 @pytest.mark.parametrize(
     "version, convention",
     [
-        ("3.0.0", (False, "CompiledKernel")),
-        ("3.0.0+a48aedef", (False, "CompiledKernel")),
-        ("3.2.0", (False, "CompiledKernel")),
-        ("3.3.1", (True, "CompiledKernel")),
-        ("3.4.0", (True, "knobs")),
-        ("3.6.0", (True, "knobs")),
+        ("3.0.0+a48aedef", None),
+        ("3.2.0", None),
+        ("3.3.1", "CompiledKernel"),
+        ("3.4.0", "knobs"),
+        ("3.6.0", "knobs"),
+        ("3.6.0+xpu", "knobs"),
         ("2.3.1", None),
         ("3.7.0", None),
         ("unknown", None),
@@ -595,10 +595,12 @@ def test_launcher_convention_by_version(version, convention):
 
 
 def test_the_launcher_convention_is_this_tritons():
-    """The cache launches as this Triton's JITFunction.run does (the emulation's
-    compiled-kernel stand-in refuses any other argument list)."""
-    assert lc._ABI_KNOWN and lc.is_enabled()
-    assert lc._CONSTEXPRS_PASSED == emulation.interpreter.constexprs_in_launch()
+    """Active exactly where the launcher's convention is the one the cache
+    implements: every parameter passed (the emulation's compiled-kernel stand-in
+    refuses any other argument list)."""
+    active = emulation.interpreter._triton_version() >= (3, 3)
+    assert lc._ABI_KNOWN == active and lc.is_enabled() == active
+    assert not active or emulation.interpreter.constexprs_in_launch()
 
 
 def test_threads_share_plans_without_torn_entries():

@@ -55,7 +55,9 @@ ENV_MODE = "COPYFIX_EMULATION"
 
 # Versions the patches were written for and checked against.  A version is accepted
 # when its public part (before any "+local" suffix) starts with one of the prefixes.
-# torch 2.13.0 is the CPU development build, torch 2.11.x is on the GPU box.
+# torch 2.13.0 is the CPU development build, torch 2.11.x is on the GPU box.  Triton
+# 3.6.0 is the main run; the others are the Triton matrix (`make test-triton`), on
+# which the version-dependent patches (interpreter.py) were checked.
 SUPPORTED_VERSIONS = {
     "torch": ("2.13.0", "2.11."),
     "triton": ("3.0.0", "3.2.0", "3.3.1", "3.4.0", "3.5.1", "3.6.0"),

@@ -246,7 +246,12 @@ def patch_triton_interpreter() -> None:
             # (3.6 returns the scope it patched in; before 3.6 nothing is returned)
             scope = getattr(interpreter, "_LangPatchScope", None)
             return scope() if scope is not None else None
-        return stock_patch_lang(fn)
+        # 3.0-3.2 find triton.language with `value in [tl, tl.core]` over every
+        # global, which calls __eq__ of objects that refuse a module (torch dtypes'
+        # pybind __eq__ raises TypeError); 3.3+ look at modules only.  Show the stock
+        # function the modules only: it reads nothing else of fn.
+        modules = {k: v for k, v in fn.__globals__.items() if inspect.ismodule(v)}
+        return stock_patch_lang(types.SimpleNamespace(__globals__=modules))
 
     interpreter._patch_lang = _patch_lang
 
@@ -357,7 +362,7 @@ def patch_triton_interpreter() -> None:
     # same memory, same view) are left out of the write-back, as 3.3+'s storage
     # self-copies are above; any other pair is written back as before.
     def _same_memory(dev, hst):
-        return (
+        return dev is hst or (  # (a StridedBuffer passes through as itself)
             isinstance(dev, torch.Tensor)
             and isinstance(hst, torch.Tensor)
             and dev.device == hst.device
@@ -623,8 +628,9 @@ def _provide_interpreter_driver() -> None:
 
             return benchmarker
 
-    try:
-        driver.active  # noqa: B018  (a GPU box has a real driver: keep it)
+    try:  # (a GPU box has a real driver: keep it; before 3.4 driver.active is a
+        # lazy proxy that raises only when an attribute is read)
+        driver.active.get_current_device  # noqa: B018
     except RuntimeError:
         driver.set_active(InterpreterDriver())
 

@@ -35,7 +35,7 @@ empty.
 
 The compiled kernel is launched the way the installed Triton's own ``JITFunction.run``
 launches it; the cache is active on the versions whose convention it implements
-(3.0 to 3.6, see ``_LAUNCHER``) and off, with every call uncached, on any other.
+(3.3 to 3.6, see ``_launcher_convention``) and off, every call uncached, on others.
 
 A full cache (``MAX_PLANS``) admits a new signature only by evicting a plan that had
 no hit since the eviction hand last passed it (a clock with one step per admission), so
@@ -66,43 +66,42 @@ MAX_SEEN = 4 * MAX_PLANS
 
 
 def _launcher_convention(version: str):
-    """(constexprs passed, where the launch hooks live) for a Triton version, or None
-    where the launcher's convention is not known.  From each wheel's runtime/jit.py
-    JITFunction.run and compiler/compiler.py CompiledKernel:
+    """Where a Triton version keeps the launch hooks, or None where the cache is off.
 
-    * 3.0-3.2: ``run(gx, gy, gz, stream, function, packed_metadata, launch_metadata,
-      enter_hook, exit_hook, *non_constexpr_args)``, hooks are class attributes of
-      CompiledKernel;
-    * 3.3: the same with every parameter in signature order, constexprs included;
-    * 3.4-3.6: as 3.3, hooks in ``triton.knobs.runtime`` (None by default on 3.4, an
-      empty HookChain on 3.5 and 3.6)."""
+    From 3.3 on, ``JITFunction.run`` launches a compiled kernel as ``run(gx, gy, gz,
+    stream, function, packed_metadata, launch_metadata, enter_hook, exit_hook,
+    *every_param_in_signature_order)``, constexprs included (each wheel's
+    runtime/jit.py, compiler/compiler.py).  The hooks are class attributes of
+    CompiledKernel on 3.3 and live in ``triton.knobs.runtime`` from 3.4 (None by
+    default on 3.4, an empty HookChain on 3.5 and 3.6).  3.0-3.2 pass only the
+    non-constexpr parameters; the cache stays off there (see docs/PR3.md), as on
+    any version it was not proven on."""
     match = re.match(r"(\d+)\.(\d+)", version)
     found = tuple(map(int, match.groups())) if match else None
-    if found is None or not (3, 0) <= found <= (3, 6):
+    if found is None or not (3, 3) <= found <= (3, 6):
         return None
-    return found >= (3, 3), "knobs" if found >= (3, 4) else "CompiledKernel"
+    return "knobs" if found >= (3, 4) else "CompiledKernel"
 
 
 _LAUNCHER = _launcher_convention(triton.__version__)
 _ABI_KNOWN = _LAUNCHER is not None
-_CONSTEXPRS_PASSED = bool(_LAUNCHER and _LAUNCHER[0])
 # where this Triton keeps the launch hooks (read at every launch), imported only on
 # the versions that have it
-if _LAUNCHER and _LAUNCHER[1] == "knobs":
+if _LAUNCHER == "knobs":
     from triton import knobs as _knobs
 
     def _hook_holder():
         return _knobs.runtime
 
     _HOOK_CHAIN = getattr(_knobs, "HookChain", None)
-elif _LAUNCHER:
+elif _LAUNCHER == "CompiledKernel":
     from triton.compiler.compiler import CompiledKernel as _CompiledKernel
 
     def _hook_holder():
         return _CompiledKernel
 
     _HOOK_CHAIN = None
-else:  # an unknown launcher: the cache stays off and reads no hooks
+else:  # the cache stays off and reads no hooks
     _hook_holder, _HOOK_CHAIN = None, None
 
 _TENSOR, _PARAMETER = torch.Tensor, torch.nn.Parameter
@@ -170,10 +169,8 @@ def _record_launch(kernel, grid, args, kwargs, launched):
     compiled = launched[0] if libentry and type(launched) is tuple else launched
     if not all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata")):
         return None  # nothing compiled was launched (a compile hook, an interpreter)
-    values = []  # the parameters the launcher takes, in signature order
+    values = []  # every parameter in signature order, as the launcher takes them
     for p in fn.params:
-        if p.is_constexpr and not _CONSTEXPRS_PASSED:
-            continue
         if p.num < len(args):
             values.append(args[p.num])
         elif p.name in kwargs:
@@ -276,7 +273,7 @@ class _Plan:
             chain = _HOOK_CHAIN
             if (enter is None or (type(enter) is chain and not enter.calls)) and (
                 leave is None or (type(leave) is chain and not leave.calls)
-            ):  # no hook (3.0-3.4), or empty hook chains (3.5-3.6): nothing to call
+            ):  # no hook (3.3-3.4), or empty hook chains (3.5-3.6): nothing to call
                 meta = enter = leave = None
             else:
                 meta = self.kernel.launch_metadata(self.grid, stream, *values)

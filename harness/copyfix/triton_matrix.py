@@ -1,0 +1,152 @@
+"""``make test-triton TRITON=<version>``: the cpu emulation on another Triton.
+
+Harness file (not part of the upstream PR). FlagGems' backends pin Triton 3.0 to 3.6
+(upstream ``src/flag_gems/backends.yaml``); this repository's ``.venv`` has 3.6.0. For
+another version this sets up ``build/triton-<version>/``, a virtual environment that
+holds only that Triton (``pip install --no-deps``) and sees everything else, the same
+torch and the composed ``flag_gems`` included, through ``.venv``'s site-packages
+(a ``.pth`` file), then runs there:
+
+1. ``import flag_gems`` under the cpu emulation, for the base alone (the composed
+   package with every pre-image put back, ``compose.decompose``) and for the
+   composition; both must import, as PR 3 must not change whether FlagGems imports;
+2. the tests of :func:`test_files`: where the launch cache is active (3.3-3.6),
+   PR 3's tests (PR and harness) and PR 1's, PR 2's and PR 4's PR tests; where it is
+   off (3.0-3.2), the tests of the off path (see docs/PR3.md for why PR 1/2/4's
+   tests are not run there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PR_TESTS = (
+    "tests/test_copy_ops.py",
+    "tests/test_copy_dtype_conversions.py",
+    "tests/test_to_copy_conversions.py",
+)
+CACHE_TESTS = ("tests/test_launch_cache.py", "tests/harness/test_launch_cache.py")
+OFF_TESTS = ("tests/harness/test_launch_cache_off.py",)
+
+
+def cache_active(version: str) -> bool:
+    """Whether PR 3's cache drives this Triton's launcher (its own rule, read from
+    the file so that no Triton has to be imported here)."""
+    import re
+
+    source = (REPO / "src/flag_gems/utils/launch_cache.py").read_text()
+    namespace = {"re": re}
+    start = source.index("def _launcher_convention")
+    end = source.index("_LAUNCHER = ")
+    exec(source[start:end], namespace)  # noqa: S102 (our own file)
+    return namespace["_launcher_convention"](version) is not None
+
+
+def test_files(version: str) -> tuple[str, ...]:
+    if cache_active(version):
+        return PR_TESTS + CACHE_TESTS + OFF_TESTS
+    return OFF_TESTS
+
+
+def venv(version: str) -> Path:
+    """build/triton-<version>/bin/python: that Triton, everything else from .venv."""
+    root = REPO / "build" / f"triton-{version}"
+    python = root / "bin" / "python"
+    main_site = next((REPO / ".venv" / "lib").glob("python3.*/site-packages"))
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
+    site = next((root / "lib").glob("python3.*/site-packages"))
+    (site / "zz_copyfix_main_venv.pth").write_text(
+        f"import site; site.addsitedir({str(main_site)!r})\n"
+    )
+    found = subprocess.run(
+        [str(python), "-c", "import triton; print(triton.__version__)"],
+        capture_output=True,
+        text=True,
+        env=_clean_env(),
+    ).stdout.strip()
+    if found != version:
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "--no-deps",
+             "--disable-pip-version-check", f"triton=={version}"],
+            check=True,
+        )  # fmt: skip
+    return python
+
+
+def _clean_env(**extra) -> dict:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("COPYFIX_", "TRITON_", "GEMS_", "FLAGGEMS_", "PYTHONPATH"))
+    }
+    env.update(extra)
+    return env
+
+
+_IMPORT = """
+import json, triton
+from copyfix import emulation
+try:
+    emulation.activate("cpu")
+    import flag_gems
+    out = {"imported": True, "file": flag_gems.__file__}
+except Exception as e:
+    out = {"imported": False, "error": f"{type(e).__name__}: {e}"}
+out["triton"] = triton.__version__
+try:
+    from flag_gems.utils import launch_cache
+    out["launch_cache"] = launch_cache.is_enabled()
+except ImportError:
+    out["launch_cache"] = None
+print(json.dumps(out))
+"""
+
+
+def import_check(python: Path) -> dict:
+    """``import flag_gems`` (cpu emulation) for the base alone and composed."""
+    from copyfix.compose import COMPOSED, decompose
+
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="copyfix-base-") as tmp:
+        decompose(REPO / COMPOSED / "flag_gems", Path(tmp) / "flag_gems")
+        for label, path in (("base", tmp), ("composed", None)):
+            env = _clean_env(**({"PYTHONPATH": path} if path else {}))
+            run = subprocess.run(
+                [str(python), "-c", _IMPORT], capture_output=True, text=True, env=env
+            )
+            lines = run.stdout.strip().splitlines()
+            results[label] = (
+                json.loads(lines[-1])
+                if lines
+                else {"imported": False, "error": run.stderr[-2000:]}
+            )
+        base_file = results["base"].get("file", "")
+        if results["base"].get("imported") and not base_file.startswith(tmp):
+            results["base"] = {"imported": False, "error": f"imported {base_file}"}
+    return results
+
+
+def main(argv=None) -> int:
+    version = (argv or sys.argv[1:])[0]
+    python = venv(version)
+    imports = import_check(python)
+    print(f"triton {version}: import flag_gems " + json.dumps(imports), flush=True)
+    if not all(r.get("imported") for r in imports.values()):
+        print(f"triton {version}: flag_gems does not import", file=sys.stderr)
+        return 1
+    files = test_files(version)
+    cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    cmd += ["-n", os.environ.get("TRITON_MATRIX_JOBS", "2"), *files]
+    print(f"triton {version}: " + " ".join(cmd[1:]), flush=True)
+    return subprocess.run(cmd, cwd=REPO, env=_clean_env()).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

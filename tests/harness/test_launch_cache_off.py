@@ -1,0 +1,73 @@
+"""PR 3's launch cache where it is off: on a Triton whose launcher it does not drive
+(3.0-3.2 and anything outside 3.3-3.6: the Triton matrix runs this file there), or
+switched off.  Every call then takes the uncached path: the same results, no plan,
+no remembered signature, and ``set_enabled(True)`` cannot turn it on."""
+
+import pytest
+
+from copyfix import emulation
+
+MODE = emulation.activate()  # before flag_gems is imported
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+from flag_gems.runtime.backend._kunlunxin.utils import (  # noqa: E402
+    pointwise_dynamic as kx_pd,
+)
+from flag_gems.utils import launch_cache as lc  # noqa: E402
+from flag_gems.utils.pointwise_dynamic import pointwise_dynamic  # noqa: E402
+
+pytestmark = pytest.mark.harness
+DEV = emulation.device()
+
+
+@triton.jit
+def _axpy(x, a, y):
+    return x * a + y
+
+
+FNS = {
+    name: pd(is_tensor=[True, False, True], promotion_methods=[(0, 1, 2, "DEFAULT")])(
+        _axpy
+    )
+    for name, pd in (
+        ("generic", pointwise_dynamic),
+        ("kunlunxin", kx_pd.pointwise_dynamic),
+    )
+}
+
+
+@pytest.fixture
+def off():
+    """The cache as this Triton leaves it, switched off where it is active."""
+    was = lc.is_enabled()
+    lc.set_enabled(False)
+    lc.clear()
+    yield
+    lc.set_enabled(was)
+
+
+def test_on_exactly_where_the_launcher_is_known():
+    was = lc.is_enabled()
+    try:
+        lc.set_enabled(True)
+        assert lc.is_enabled() == lc._ABI_KNOWN
+        assert lc._ABI_KNOWN == (
+            lc._launcher_convention(triton.__version__) is not None
+        )
+    finally:
+        lc.set_enabled(was)
+
+
+@pytest.mark.parametrize("flavour", sorted(FNS))
+def test_every_call_is_the_uncached_path(off, flavour):
+    f = FNS[flavour]
+    for seed in range(4):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(6, 8, generator=g).to(DEV)
+        got = f(x.t(), 0.5, x.t())
+        assert got.stride() == x.t().stride() or got.is_contiguous()
+        assert torch.equal(got, x.t() * 0.5 + x.t())  # exact in fp32: x*0.5 + x
+    assert not f._launch_cache.plans and not f._launch_cache.seen
+    assert lc.stats() == {"hits": 0, "misses": 0, "plans": 0}
