@@ -32,7 +32,7 @@ from pathlib import Path
 from copyfix.measure.launch_cost import _op_commit
 
 
-def measure(rounds: int = 7, batch: int = 200) -> dict:
+def measure(rounds: int = 5, batch: int = 100, progress=print) -> dict:
     os.environ["GEMS_VENDOR"] = "nvidia"
     import torch
     import triton
@@ -65,12 +65,14 @@ def measure(rounds: int = 7, batch: int = 200) -> dict:
         "twice_each": [fresh(batch // 2) for _ in range(rounds)],
     }
     ring = fresh(cycle)
+    t_start = time.perf_counter()
     with flag_gems.use_gems():
         launch_cache.set_enabled(False)
-        for shapes in [*plan["all_new"], *plan["twice_each"], ring, [1]]:
+        for k, shapes in enumerate([*plan["all_new"], *plan["twice_each"], ring, [1]]):
             for n in shapes:  # compile every specialization, cache untouched
                 add(n)
-        sync()
+            sync()
+            progress(f"warm-up {k}: {time.perf_counter() - t_start:.1f} s")
         launch_cache.set_enabled(True)
         launch_cache.clear()
         for _ in range(6):  # the ring's steady state
@@ -117,7 +119,7 @@ def measure(rounds: int = 7, batch: int = 200) -> dict:
                 "hits_in_on_rounds": after["hits"] - before["hits"],
                 "misses_in_on_rounds": after["misses"] - before["misses"],
             }
-            print(name, json.dumps(out[name]), flush=True)
+            progress(f"{name} {json.dumps(out[name])}")
     return {
         "what": "PR 3 launch cache, calls that do not hit: cache on vs off, same process, "
         "alternating rounds, torch.add (n, 64) fp32 under use_gems, stock NVIDIA backend",
@@ -135,7 +137,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args(argv)
-    record = measure(args.rounds)
+    record = measure(
+        args.rounds, progress=lambda m: print(time.strftime("%T"), m, flush=True)
+    )
     record["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")
