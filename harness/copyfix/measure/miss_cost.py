@@ -4,8 +4,9 @@ Harness file (not part of the upstream PR)::
 
     python -m copyfix.measure.miss_cost --out results/launch_cache_misses_h200.json
 
-Stock NVIDIA backend (``GEMS_VENDOR=nvidia``), ``torch.add`` of two (n, 64) fp32
-tensors under ``flag_gems.use_gems()``, one process.  Every kernel specialization is
+Stock NVIDIA backend (``GEMS_VENDOR=nvidia``), ``torch.add`` of a (64, 64) fp32 view
+with row stride w and a contiguous (64, 64) tensor under ``flag_gems.use_gems()``, one
+process: each w is a signature of its own (strides are in the key).  Every kernel specialization is
 compiled first (a pass over every shape with the cache off, which leaves the cache
 untouched), so both columns time host work only.  Workloads, each timed in alternating
 rounds (on, off, then off, on, ...), per call:
@@ -46,19 +47,19 @@ def measure(rounds: int = 5, batch: int = 100, progress=print) -> dict:
     sync = torch.cuda.synchronize
     pairs = {}
 
-    def tensors(n):
-        if n not in pairs:
-            pairs[n] = (
-                torch.randn(n, 64, device=device),
-                torch.randn(n, 64, device=device),
-            )
-        return pairs[n]
+    y = torch.randn(64, 64, device=device)
 
-    def add(n):
-        x, y = tensors(n)
-        return torch.add(x, y)
+    def tensors(w):
+        # a (64, 64) view with row stride w: a new signature per w that no kernel
+        # specializes on beyond w % 16 (a new shape can need a compile of its own)
+        if w not in pairs:
+            pairs[w] = torch.randn(64, w, device=device)[:, :64]
+        return pairs[w]
 
-    new_shapes = iter(range(2, 10**6))  # each workload takes fresh ones
+    def add(w):
+        return torch.add(tensors(w), y)
+
+    new_shapes = iter(range(65, 10**6))  # each workload takes fresh ones
     fresh = lambda k: [next(new_shapes) for _ in range(k)]  # noqa: E731
     plan = {
         "all_new": [fresh(batch) for _ in range(rounds)],
@@ -68,7 +69,7 @@ def measure(rounds: int = 5, batch: int = 100, progress=print) -> dict:
     t_start = time.perf_counter()
     with flag_gems.use_gems():
         launch_cache.set_enabled(False)
-        for k, shapes in enumerate([*plan["all_new"], *plan["twice_each"], ring, [1]]):
+        for k, shapes in enumerate([*plan["all_new"], *plan["twice_each"], ring, [64]]):
             for n in shapes:  # compile every specialization, cache untouched
                 add(n)
             sync()
@@ -79,7 +80,7 @@ def measure(rounds: int = 5, batch: int = 100, progress=print) -> dict:
             for n in ring:
                 add(n)
         for _ in range(30):
-            add(1)
+            add(64)
         sync()
 
         def timed(calls, on):
@@ -98,7 +99,7 @@ def measure(rounds: int = 5, batch: int = 100, progress=print) -> dict:
             "all_new": lambda r: plan["all_new"][r],
             "twice_each": lambda r: [n for n in plan["twice_each"][r] for _ in (0, 1)],
             "round_robin": lambda r: ring,
-            "one_signature": lambda r: [1] * batch,
+            "one_signature": lambda r: [64] * batch,
         }
         out = {}
         for name, calls_of in workloads.items():
@@ -122,7 +123,7 @@ def measure(rounds: int = 5, batch: int = 100, progress=print) -> dict:
             progress(f"{name} {json.dumps(out[name])}")
     return {
         "what": "PR 3 launch cache, calls that do not hit: cache on vs off, same process, "
-        "alternating rounds, torch.add (n, 64) fp32 under use_gems, stock NVIDIA backend",
+        "alternating rounds, torch.add of (64, 64) fp32 views with row stride w (a signature per w) under use_gems, stock NVIDIA backend",
         "op_commit": _op_commit(),
         "machine": torch.cuda.get_device_name(0) + f", {platform.node()}",
         "versions": {"torch": torch.__version__, "triton": triton.__version__},
