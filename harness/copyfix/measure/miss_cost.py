@@ -123,7 +123,8 @@ def measure(rounds: int = 5, batch: int = 100, progress=print) -> dict:
             progress(f"{name} {json.dumps(out[name])}")
     return {
         "what": "PR 3 launch cache, calls that do not hit: cache on vs off, same process, "
-        "alternating rounds, torch.add of (64, 64) fp32 views with row stride w (a signature per w) under use_gems, stock NVIDIA backend",
+        "alternating rounds, torch.add of (64, 64) fp32 views with row stride w "
+        "(a signature per w) under use_gems, stock NVIDIA backend",
         "op_commit": _op_commit(),
         "machine": torch.cuda.get_device_name(0) + f", {platform.node()}",
         "versions": {"torch": torch.__version__, "triton": triton.__version__},
