@@ -303,6 +303,21 @@ def adapt(tree: Path) -> list[str]:
     return done
 
 
+def make_head_tree(tree: Path, later: Path) -> list[str]:
+    """Turn the FlagGems tree ``tree`` (main of 2026-08-21) into the head-like tree
+    in place: the later files (sha256 checked) plus :data:`ADAPTATIONS`; what was
+    adapted. ``python -m copyfix.upstream.later --head-tree DIR``."""
+    files = later_files(later)
+    wrong = [n for n, rec in files.items() if not rec["as_cited"]]
+    if wrong:
+        raise upstream_ci.InputError(
+            f"{later}: {', '.join(wrong)} not the cited sha256"
+        )
+    for name, (upstream_path, _, _) in LATER_FILES.items():
+        shutil.copyfile(later / name, tree / upstream_path)
+    return adapt(tree)
+
+
 def run_variant(tree: Path, variant: str, args, work: Path) -> dict:
     section = _cases_child(tree, variant, args, work)
     if "import_error" in section and variant == "later":
@@ -350,9 +365,19 @@ def main(argv=None) -> int:
     p.add_argument("--results", type=Path)
     p.add_argument("--timeout", type=float, default=upstream_ci.DEFAULT_TIMEOUT)
     p.add_argument("--cases", type=Path, help=argparse.SUPPRESS)  # (the child)
+    p.add_argument("--head-tree", type=Path, help="make this tree head-like, then stop")
     args = p.parse_args(argv)
     if args.cases:
         return run_cases(args.cases)
+    if args.head_tree:
+        try:
+            print(
+                "\n".join(make_head_tree(args.head_tree, args.later)) or "no adaptation"
+            )
+        except upstream_ci.InputError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        return 0
     from copyfix import export
 
     try:
