@@ -157,8 +157,11 @@ def fallback_reason(dst: torch.Tensor, src: torch.Tensor) -> Optional[str]:
 
 
 def runs_flat(dst: torch.Tensor, src: torch.Tensor) -> bool:
-    """Whether the native copy runs this one as a single flat loop: same shape,
-    both contiguous, or both dense with the same strides."""
+    """Whether the native copy runs this one: as a single flat loop (same shape,
+    both contiguous, or both dense with the same strides), or with a kernel of
+    another layout (sparse: never strided)."""
+    if dst.layout != torch.strided or src.layout != torch.strided:
+        return True
     if dst.shape != src.shape:
         return False
     if dst.is_contiguous() and src.is_contiguous():
