@@ -12,7 +12,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml hatch_build.py $(shell find src -name '*.patch')
+$(STAMP): pyproject.toml hatch_build.py $(shell find src -name '*.patch') $(shell find src -type d)
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found; run: make PYTHON=python3 ..."; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q "$(TORCH_SPEC)"

@@ -9,7 +9,10 @@ Harness file (not part of the upstream PR). Called by hatch_build.py for
    (``<file>.patch``, a unified diff: the few call-site lines PR 3 adds to
    upstream's pointwise_dynamic.py) edits, is a known pre-image
    ([tool.copyfix.preimages] in pyproject.toml), and stop naming the file and
-   both hashes if not;
+   both hashes if not. An overlay file whose base file is instead one of upstream's
+   head pre-images ([tool.copyfix.head-preimages]: the tle_copy-era kunlunxin
+   copy.py, absent from 5.0.2 and main of 2026-08-21) is not laid over it: its
+   ``<file>.head.patch`` is applied to it (PR 1 as upstream's head receives it);
 3. copy the base into a temporary folder, lay the overlay over it (symlinks for
    editable installs, so edits are live; copies for wheels), keep the replaced
    pre-images under flag_gems/_overlay_preimages/ (patched files are written
@@ -98,15 +101,19 @@ def find_base() -> tuple[Path, str]:
     return base, f"PyPI flag-gems=={version} (from {where})"
 
 
+def head_patch(overlay_file: Path) -> Path:
+    """The patch an overlay file is applied as where the base is upstream's head."""
+    return overlay_file.with_name(overlay_file.name + ".head.patch")
+
+
 def compose(project: Path, editable: bool) -> Path:
-    preimages = tomllib.loads((project / "pyproject.toml").read_text())["tool"][
-        "copyfix"
-    ]["preimages"]
+    table = tomllib.loads((project / "pyproject.toml").read_text())["tool"]["copyfix"]
+    preimages, head = table["preimages"], table.get("head-preimages", {})
     base, origin = find_base()
     root = project / OVERLAY_ROOT / "flag_gems"
     overlay = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
     patches = sorted(root.rglob("*.py.patch"))
-    replaced = []
+    replaced, head_patched = [], []
     for src in overlay + patches:
         rel = src.relative_to(root)
         if src.suffix == ".patch":
@@ -116,6 +123,10 @@ def compose(project: Path, editable: bool) -> Path:
         if target.exists():
             found = sha256(target)
             known = preimages.get(key)
+            if found in head.get(key, ()) and src.suffix == ".py":
+                head_patched.append(src)  # (applied below, in place of the file)
+                replaced.append(rel)
+                continue
             if known is None:
                 raise RuntimeError(
                     f"{key} replaces a base file but has no recorded pre-image in pyproject.toml"
@@ -123,7 +134,7 @@ def compose(project: Path, editable: bool) -> Path:
             if found not in known:
                 raise RuntimeError(
                     f"pre-image mismatch for {key}: the base file {target} has sha256 {found}, "
-                    f"the overlay was written against {' or '.join(known)}. "
+                    f"the overlay was written against {' or '.join([*known, *head.get(key, ())])}. "
                     "Refusing to compose; rebase the overlay on this base first."
                 )
             replaced.append(rel)
@@ -144,6 +155,12 @@ def compose(project: Path, editable: bool) -> Path:
             shutil.copy2(base / rel, keep)
         for src in overlay:
             dst = pkg / src.relative_to(project / OVERLAY_ROOT / "flag_gems")
+            if src in head_patched:
+                patch = head_patch(src)
+                dst.write_text(
+                    apply_patch(dst.read_text(), patch.read_text(), str(patch))
+                )
+                continue
             dst.parent.mkdir(parents=True, exist_ok=True)
             dst.unlink(missing_ok=True)
             if editable:
@@ -158,7 +175,8 @@ def compose(project: Path, editable: bool) -> Path:
         info = {
             "BASE_ORIGIN": origin,
             "OVERLAY_FILES": [str(p.relative_to(project)) for p in overlay],
-            "PATCHES": [str(p.relative_to(project)) for p in patches],
+            "PATCHES": [str(p.relative_to(project)) for p in patches]
+            + [str(head_patch(p).relative_to(project)) for p in head_patched],
             "REPLACED": [str(r) for r in replaced],
             "EDITABLE": editable,
             "OVERLAY_REPO": str(project) if editable else None,

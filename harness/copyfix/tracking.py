@@ -1,6 +1,7 @@
 """Count what a kunlunxin copy_ call did: Triton launches (with their rank) and aten fallbacks."""
 
 import contextlib
+import sys
 from dataclasses import dataclass, field
 from unittest import mock
 
@@ -20,6 +21,19 @@ KERNELS = OP_KERNELS + (
     "_copy_int_to_bf16_kernel",
     "_copy_via_int64_kernel",
 )
+
+
+# Since issue 32 the op's kernels and Triton path live in a module of their own, which
+# both integrations of copy.py (the fork's full file, the patch of upstream's head file)
+# call; older op files (bench's 847c5a4) and upstream's base files hold their own.
+STRIDED_COPY_MODULE = "_kunlunxin.ops.strided_copy"
+
+
+def kernel_home(module):
+    """The module holding `module`'s pointwise_dynamic kernels and Triton-path helpers."""
+    if hasattr(module, "_negate_kernel") or hasattr(module, "_copy_kernel"):
+        return module
+    return sys.modules.get(STRIDED_COPY_MODULE, module)
 
 
 @dataclass
@@ -84,7 +98,8 @@ def track(module):
         paths.fallbacks += 1
         return redispatch(*args, **kwargs)
 
-    kernels = [getattr(module, n) for n in KERNELS if hasattr(module, n)]
+    home = kernel_home(module)
+    kernels = [getattr(home, n) for n in KERNELS if hasattr(home, n)]
     with contextlib.ExitStack() as stack:
         records = getattr(module, "_launches", None)
         if isinstance(records, dict):

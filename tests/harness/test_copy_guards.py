@@ -134,6 +134,11 @@ def copy_module():
     return sys.modules[COPY_MODULE]
 
 
+def strided_module():
+    """The module holding the op's kernels and Triton path (the shared strided copy)."""
+    return tracking.kernel_home(copy_module())
+
+
 def c_defined(src, target):
     """Where converting `src` to `target` is defined (bool mask): THE exclusion rule.
 
@@ -303,7 +308,7 @@ class Paths:
 @contextlib.contextmanager
 def track_paths():
     """Count the Triton launches (kernel, rank) and aten fallbacks of copy_."""
-    mod, paths = copy_module(), Paths()
+    mod, paths = strided_module(), Paths()
     redispatch = torch.ops.aten.copy_.default.redispatch
 
     def counting(name, instantiate):
@@ -886,7 +891,7 @@ def test_copy_slice_kernel_is_kept():
     # other kunlunxin ops (slice_scatter, select_scatter) import copy_slice from here
     src = torch.randn(4, 6)
     dst = torch.zeros(8, 6, device=DEVICE)
-    copy_module().copy_slice(src.to(DEVICE), out0=dst[::2])
+    strided_module().copy_slice(src.to(DEVICE), out0=dst[::2])
     ref = torch.zeros(8, 6)
     ref[::2] = src
     assert_bit_exact(dst, ref, "copy_slice into a step slice")
@@ -1164,15 +1169,15 @@ def test_copy_internal_overlap_is_checked_for_a_non_empty_destination_only(
 ):
     # at::has_internal_overlap calls an empty tensor dense; FlagGems' helper does
     # too, so copy_'s "non-empty" guard is pinned with a helper that says Yes
-    mod = copy_module()
+    mod, op = strided_module(), copy_module()
     monkeypatch.setattr(mod, "has_internal_overlapping", lambda t: mod.MemOverlap.Yes)
     empty = torch.empty(0, 3, device=DEVICE)
     with track_paths() as paths:
-        assert mod.copy_(empty, torch.ones(3, device=DEVICE)) is empty
+        assert op.copy_(empty, torch.ones(3, device=DEVICE)) is empty
     assert paths.launches == [] and paths.fallbacks == 0
     dst = torch.zeros(2, 3, device=DEVICE)
     with pytest.raises(RuntimeError, match="more than one element of the written-to"):
-        mod.copy_(dst, torch.ones(3, device=DEVICE))
+        op.copy_(dst, torch.ones(3, device=DEVICE))
     assert bool((dst.cpu() == 0).all())
 
 
@@ -1226,7 +1231,7 @@ def _number_launches(dst, value, dispatched=False):
     Under use_gems that conversion is itself a dispatched copy_ in cpu mode (the
     host is the device), and the transfer to the device one elsewhere.
     """
-    triton_dtypes = copy_module()._TRITON_DTYPES
+    triton_dtypes = strided_module()._TRITON_DTYPES
     host = torch.tensor(value, dtype=torch.float64 if type(value) is float else None)
     if host.is_complex() or dst.dtype not in triton_dtypes:
         if dispatched and DEVICE != "cpu":
@@ -1343,7 +1348,7 @@ def test_copy_fallback_dtypes():
 @pytest.mark.copy_
 def test_copy_fallback_reasons_name_the_cause():
     # the debug line of every fallback says why, so a slow path can be traced
-    reason = copy_module()._fallback_reason
+    reason = strided_module().fallback_reason
 
     def t(dtype=torch.float32, device=DEVICE):
         return torch.zeros(2, 3, dtype=dtype, device=device)
@@ -1557,7 +1562,7 @@ def test_negate_kernel_flips_the_sign_bit(dtype):
         x[x == 0]
     ).unique().numel() == 2
     with track_paths() as paths:
-        out = copy_module()._negate_kernel(x.to(DEVICE))
+        out = strided_module()._negate_kernel(x.to(DEVICE))
     assert paths.launches == [("_negate_kernel", 1)]
     assert_bit_exact(out, _sign_flipped(x), f"_negate_kernel({SHORT[dtype]})")
 
@@ -1565,7 +1570,7 @@ def test_negate_kernel_flips_the_sign_bit(dtype):
 @pytest.mark.copy_
 def test_negate_kernel_wraps_integers():
     # as torch's neg: two's complement, -min == min, uint8 modulo 256
-    mod = copy_module()
+    mod = strided_module()
     for dtype in INT_DTYPES:
         x = edge_values(dtype)
         out = mod._negate_kernel(x.to(DEVICE))
@@ -1663,7 +1668,7 @@ _READ_FIRST = {
 def test_must_read_src_first(case):
     make, expected = _READ_FIRST[case]
     dst, src = make(torch.zeros(16, device=DEVICE))
-    must_read_src_first = copy_module()._must_read_src_first
+    must_read_src_first = strided_module()._must_read_src_first
     if expected == "raise":
         torch_expected = torch_error(
             lambda: (lambda d, s: d.copy_(s))(*make(torch.zeros(16)))
@@ -1719,7 +1724,7 @@ def test_copy_alias_snapshot_is_taken_when_must_read_src_first(case):
 def test_copy_splits_past_max_numel(monkeypatch, max_numel, launches):
     # a (5, 6) destination: one launch up to _MAX_NUMEL elements, else halves of
     # its outer dim; a single row that still does not fit loses that dim
-    monkeypatch.setattr(copy_module(), "_MAX_NUMEL", max_numel)
+    monkeypatch.setattr(strided_module(), "_MAX_NUMEL", max_numel)
     src = torch.randn(6, 5)
     dst = torch.zeros(5, 6, dtype=torch.bfloat16, device=DEVICE)
     with track_paths() as paths:
@@ -1732,7 +1737,7 @@ def test_max_numel_is_the_most_one_1d_tile_launch_can_index():
     # KunlunXIN's 1-D tile launcher (the scatter-slice config has no auto grid) runs
     # 12 tiles of next_power_of_2(cdiv(numel, 12)) lanes with int32 offsets:
     # _MAX_NUMEL is the largest numel whose last lane offset int32 still holds
-    mod = copy_module()
+    mod = strided_module()
     codegen = sys.modules[mod.pointwise_dynamic.__module__]
     with open(codegen.__file__) as f:
         assert "num_tiles = 12 # XPU BLOCK_NUM" in f.read()
@@ -1750,7 +1755,7 @@ def test_copy_splits_what_int32_cannot_index(monkeypatch, side):
     # can_use_int32_index is asked about both tensors: either one not indexable
     # with int32 (here: more than 24 elements, for the tensor of one side's dtype)
     # splits the copy, the conversion and the negation alike
-    mod = copy_module()
+    mod = strided_module()
     dtype = {"dst": torch.float32, "src": torch.float16}[side]
     stock = mod.can_use_int32_index
     asked = []
@@ -1760,6 +1765,7 @@ def test_copy_splits_what_int32_cannot_index(monkeypatch, side):
         return stock(t) and not (t.dtype is dtype and t.numel() > 24)
 
     monkeypatch.setattr(mod, "can_use_int32_index", fake)
+    monkeypatch.setattr(mod, "_INT32_MAX", -1)  # (every storage asks the helper)
     case = Case("permute4d", torch.float16, torch.float32, seed=4, neg="src")
     with track_paths() as paths:
         gems_copy_(case.dst, case.src)
@@ -1776,7 +1782,7 @@ def test_copy_splits_what_int32_cannot_index(monkeypatch, side):
 
 @pytest.mark.copy_
 def test_copy_snapshot_is_split_too(monkeypatch):
-    mod = copy_module()
+    mod = strided_module()
     monkeypatch.setattr(mod, "_MAX_NUMEL", 8)
     cpu = torch.randn(5, 9)
     x = cpu.to(DEVICE, copy=True)

@@ -53,7 +53,7 @@ def spies():
             mock.patch.object(COPY_OP, "redispatch", wraps=COPY_OP.redispatch)
         )
         for name in COPY_KERNELS:
-            kernel = getattr(module, name)
+            kernel = getattr(tracking.kernel_home(module), name)
             stack.enter_context(
                 mock.patch.object(kernel, "instantiate", counting(kernel.instantiate))
             )
@@ -164,12 +164,12 @@ def test_dispatched_module_is_the_kunlunxin_copy_with_1d_tile_config():
     assert module.__file__.replace("\\", "/").endswith("_kunlunxin/ops/copy.py")
     # what flag_gems registers for aten::copy_ is this module's copy_
     assert flag_gems.copy_ is module.copy_
-    assert module._copy_kernel.config.prefer_1d_tile is True
+    assert tracking.kernel_home(module)._copy_kernel.config.prefer_1d_tile is True
     assert flag_gems.runtime.device.vendor_name == "kunlunxin"
 
 
 def test_generated_wrapper_launches_12_ctas(spies):
-    module = spies.module
+    module = tracking.kernel_home(spies.module)
     # (PR 3 composed: instantiate returns the generated wrapper behind its launch cache)
     overload = module._copy_kernel.instantiate(2)
     overload = getattr(overload, "__wrapped__", overload)
@@ -585,7 +585,7 @@ def test_autotune_tolerates_generate_configs():
 
 def test_strided_buffer_launch_through_the_pointwise_call_path():
     """pointwise_dynamic.__call__ passes StridedBuffer (not Tensor) arguments."""
-    kernel = emulation.copy_module()._copy_kernel
+    kernel = tracking.kernel_home(emulation.copy_module())._copy_kernel
     src = torch.randn(6, 5, device=DEV)
     dst = torch.empty(5, 6, dtype=torch.bfloat16, device=DEV)
     kernel(src.t(), out0=dst)

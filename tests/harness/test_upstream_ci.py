@@ -128,14 +128,17 @@ def checkout(tmp_path_factory):
 
 @pytest.fixture
 def tiny_pr(tmp_path, monkeypatch):
-    """A PR 'tiny': our copy.py plus a small test file, from a stand-in repository."""
+    """A PR 'tiny': our copy.py (and the strided copy it calls) plus a small test
+    file, from a stand-in repository."""
     repo = tmp_path / "repo"
     (repo / PR_TEST_FILE).parent.mkdir(parents=True)
     (repo / PR_TEST_FILE).write_text(PR_TEST)
     (repo / export.COPY_PY).parent.mkdir(parents=True)
-    shutil.copyfile(export.REPO / export.COPY_PY, repo / export.COPY_PY)
+    op_files = [export.COPY_PY, export.STRIDED_COPY_PY]
+    for rel in op_files:
+        shutil.copyfile(export.REPO / rel, repo / rel)
     shutil.copyfile(export.REPO / "pyproject.toml", repo / "pyproject.toml")
-    pr = export.PR("tiny", [export.COPY_PY, PR_TEST_FILE], export.COPY_PY, "b", "m")
+    pr = export.PR("tiny", [*op_files, PR_TEST_FILE], export.COPY_PY, "b", "m")
     monkeypatch.setattr(export, "REPO", repo)
     monkeypatch.setattr(export, "PRS", {"tiny": pr})
     return pr
@@ -191,13 +194,13 @@ def test_end_to_end_cpu_mode(checkout, tiny_pr, own_tmp, tmp_path, capsys):
     assert sec["base"] == "synthetic" and sec["op_commit"] == data["op_commit"]
     assert sec["versions"]["flag_gems"] == emulation.flag_gems_base()  # the base in use
     assert sec["versions"]["coverage"]
-    op, tests = sec["invocations"]
-    # the op file: test-op.sh runs nothing for it, and that is what is recorded
-    assert op["file"] == export.COPY_PY and op["rc"] == 0
-    assert (
-        op["pytest_runs"] == [] and op["passed"] == 0 and "ran no pytest" in op["note"]
-    )
-    assert f"CHANGED_FILES={export.COPY_PY} " in op["command"]
+    op, strided, tests = sec["invocations"]
+    # the op files: test-op.sh runs nothing for them, and that is what is recorded
+    for rec, rel in ((op, export.COPY_PY), (strided, export.STRIDED_COPY_PY)):
+        assert rec["file"] == rel and rec["rc"] == 0
+        assert rec["pytest_runs"] == [] and rec["passed"] == 0
+        assert "ran no pytest" in rec["note"]
+        assert f"CHANGED_FILES={rel} " in rec["command"]
     # the test file: one run, stopped by -x at the deliberate failure, exit 1
     assert tests["rc"] == 1 and f"CHANGED_FILES={PR_TEST_FILE} " in tests["command"]
     (run,) = tests["pytest_runs"]

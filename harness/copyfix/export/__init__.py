@@ -32,9 +32,12 @@ from copyfix.compose import apply_patch
 
 REPO = Path(__file__).resolve().parents[3]
 COPY_PY = "src/flag_gems/runtime/backend/_kunlunxin/ops/copy.py"
+# the strided Triton copy both integrations of copy.py call (a new upstream file)
+STRIDED_COPY_PY = "src/flag_gems/runtime/backend/_kunlunxin/ops/strided_copy.py"
 # PR 1 (KunlunXIN strided copy_): what goes upstream, at the same paths in a FlagGems checkout.
 PR_FILES = [
     COPY_PY,
+    STRIDED_COPY_PY,
     "tests/test_copy_ops.py",
     "benchmark/test_copy_strided.py",
 ]
@@ -188,21 +191,55 @@ def preimages(path: str = COPY_PY) -> list[str]:
     return _preimage_table()[path]
 
 
+def head_preimages() -> dict:
+    """pyproject's [tool.copyfix.head-preimages]: path -> the sha256s of the upstream
+    head files that path's ``<path>.head.patch`` edits (copyfix.compose.head_patch)."""
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["copyfix"].get(
+        "head-preimages", {}
+    )
+
+
+def _integration(target: Path, path: str, table: dict, head: dict) -> str:
+    """How PR file `path` goes into the tree file `target`: "new" (no base file),
+    "replace" (a fork pre-image: the overlay's whole file), "head-patch" (a head
+    pre-image: the overlay's ``.head.patch``), "copy" (no pre-image recorded: the
+    PR's own test/benchmark files); SystemExit for an unknown pre-image."""
+    if not target.is_file():
+        if path in table or path in head:
+            raise SystemExit(
+                f"{target.parent.parent} is not a FlagGems checkout (no {path})"
+            )
+        return "new"
+    if path not in table and path not in head:
+        return "copy"
+    found = hashlib.sha256(target.read_bytes()).hexdigest()
+    if found in table.get(path, ()):
+        return "replace"
+    if found in head.get(path, ()):
+        return "head-patch"
+    known = [*table.get(path, ()), *head.get(path, ())]
+    raise SystemExit(
+        f"refusing PR: {target} has sha256 {found}, not a known pre-image "
+        f"({', '.join(known)}); rebase the overlay on that checkout first"
+    )
+
+
 def check_preimage(tree: Path, pr: "PR") -> None:
     """Exit with a one-line reason unless `tree` holds a known pre-image of each base
     file pr replaces (its op file, and any other PR file with recorded pre-images)
     and of every file it patches."""
-    table = _preimage_table()
+    table, head = _preimage_table(), head_preimages()
     replaced = [f for f in pr.files if f != pr.preimage_path and f in table]
     for path in dict.fromkeys([pr.preimage_path, *replaced, *pr.patched]):
         target = tree / path
         if not target.is_file():
             raise SystemExit(f"{tree} is not a FlagGems checkout (no {path})")
         found = hashlib.sha256(target.read_bytes()).hexdigest()
-        if found not in table[path]:
+        if found not in table[path] and found not in head.get(path, ()):
+            known = [*table[path], *head.get(path, ())]
             raise SystemExit(
                 f"refusing {pr.name} PR: {target} has sha256 {found}, not a known pre-image "
-                f"({', '.join(table[path])}); rebase the overlay on that checkout first"
+                f"({', '.join(known)}); rebase the overlay on that checkout first"
             )
 
 
@@ -210,8 +247,14 @@ def apply_pr(tree: Path, name: str) -> list[str]:
     """Write PR `name`'s files into the FlagGems tree `tree` (pre-image checked first)."""
     pr = PRS[name]
     check_preimage(tree, pr)
+    table, head = _preimage_table(), head_preimages()
     for rel in pr.files:
         dst = tree / rel
+        if _integration(dst, rel, table, head) == "head-patch":
+            # upstream's head file (a head pre-image): the patch, not our whole file
+            patch = REPO / f"{rel}.head.patch"
+            dst.write_text(apply_patch(dst.read_text(), patch.read_text(), str(patch)))
+            continue
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / rel, dst)
     for rel in pr.patched:
@@ -240,8 +283,7 @@ def base_copy_text() -> str:
     return kept.read_text()
 
 
-def make_patch(pre_image: str, path: str = COPY_PY) -> str:
-    ours = (REPO / path).read_text()
+def _file_diff(pre_image: str, ours: str, path: str) -> str:
     lines = difflib.unified_diff(
         pre_image.splitlines(keepends=True),
         ours.splitlines(keepends=True),
@@ -249,6 +291,24 @@ def make_patch(pre_image: str, path: str = COPY_PY) -> str:
         tofile=f"b/{path}",
     )
     return f"diff --git a/{path} b/{path}\n" + "".join(lines)
+
+
+def make_patch(pre_image: str, path: str = COPY_PY) -> str:
+    """The op's diff from `pre_image`, followed by the module it adds (PR 1's
+    strided_copy.py, a new file: `new file mode`, from /dev/null)."""
+    diff = _file_diff(pre_image, (REPO / path).read_text(), path)
+    if path != COPY_PY:
+        return diff
+    new = (REPO / STRIDED_COPY_PY).read_text().splitlines(keepends=True)
+    added = difflib.unified_diff(
+        [], new, fromfile="/dev/null", tofile=f"b/{STRIDED_COPY_PY}"
+    )
+    return (
+        diff
+        + f"diff --git a/{STRIDED_COPY_PY} b/{STRIDED_COPY_PY}\n"
+        + "new file mode 100644\n"
+        + "".join(added)
+    )
 
 
 def write_patch() -> Path:

@@ -8,6 +8,9 @@ under ``flag_gems.use_gems()``: sigmoid, relu, abs, add, mul by a scalar, where,
 fp32 ``.to(torch.bfloat16)``, ``copy_`` contiguous and transposed; and the floor: a
 Python op registered with ``torch.library`` on the CUDA key that allocates its output
 and launches an already compiled Triton sigmoid (``CompiledKernel.run``).
+``kunlunxin-emulated-head``: the same, where the composition's base is the head-like
+tree (upstream's tle_copy-era copy.py, PR 1 applied as ``copy.py.head.patch``: refused
+otherwise), so PR 1's two integrations are timed alike.
 ``kunlunxin-emulated``: the KunlunXIN ``copy_`` (PR 1) in the cuda emulation, under
 ``use_gems(include=["copy_"])``, against aten's copy; and ``floor_copy``: an in-place
 ``torch.library`` op that launches an already compiled Triton copy (contiguous, no
@@ -46,6 +49,10 @@ def _op_commit() -> str | None:
         "src/flag_gems/ops/where.py.patch",
         "src/flag_gems/ops/copy.py",  # (PR 2: copy_ timed through it)
         "src/flag_gems/ops/to.py",  # (PR 2: to_bf16)
+        # PR 1, the KunlunXIN copy_ the kunlunxin backends time (both integrations)
+        "src/flag_gems/runtime/backend/_kunlunxin/ops/copy.py",
+        "src/flag_gems/runtime/backend/_kunlunxin/ops/copy.py.head.patch",
+        "src/flag_gems/runtime/backend/_kunlunxin/ops/strided_copy.py",
     ]
     if os.environ.get("COPYFIX_OP_COMMIT"):
         return os.environ["COPYFIX_OP_COMMIT"]
@@ -112,7 +119,25 @@ def _floor(torch, timer, device):
             "before_us": row["floor"], "after_us": row["floor"]}  # fmt: skip
 
 
-def _copy_floor(torch, timer, device):
+KUNLUNXIN_BACKENDS = ("kunlunxin-emulated", "kunlunxin-emulated-head")
+
+
+def _check_integration(backend: str) -> None:
+    """The composed kunlunxin copy.py is the integration ``backend`` names: the
+    head file patched (it calls tle_copy) for ``-head``, the fork's file otherwise."""
+    import sys
+
+    module = sys.modules["_kunlunxin.ops.copy"]
+    head = hasattr(module, "tle_copy")
+    if head != backend.endswith("-head"):
+        raise SystemExit(
+            f"{backend}: the composed {module.__file__} is the "
+            f"{'head' if head else 'fork'} integration; compose over the "
+            f"{'head-like tree' if not head else 'fork base'} first"
+        )
+
+
+def _copy_floor(torch, timer, device, backend):
     """The floor for copy_: an in-place torch.library op on the CUDA key (no
     allocation) that launches an already compiled Triton copy of a contiguous 64x64
     tensor (no FlagGems): :func:`.floors.copy_floor`; eager is aten's copy_ of the
@@ -128,7 +153,7 @@ def _copy_floor(torch, timer, device):
     row = timer.host_us_interleaved(
         {"eager": (null, lambda: dst.copy_(x)), "floor": (null, lambda: op(dst, x))}
     )
-    return {"name": "floor_copy", "backend": "kunlunxin-emulated",
+    return {"name": "floor_copy", "backend": backend,
             "eager_us": row["eager"], "before_us": row["floor"],
             "after_us": row["floor"]}  # fmt: skip
 
@@ -174,6 +199,9 @@ def measure(backend: str, calls: int, rounds: int, profile: bool = False):
     else:
         cases = _kunlunxin_cases(torch, device)
         gems = lambda: flag_gems.use_gems(include=["copy_"])  # noqa: E731
+        with gems():
+            cases["copy_contiguous"]()  # (imports the copy module)
+        _check_integration(backend)
     with gems():
         for fn in cases.values():  # import every op module before the twins are made
             fn()
@@ -240,7 +268,7 @@ def measure(backend: str, calls: int, rounds: int, profile: bool = False):
         records.append(_floor(torch, timer, device))
         print(f"floor {records[-1]}", flush=True)
     elif on_device:
-        records.append(_copy_floor(torch, timer, device))
+        records.append(_copy_floor(torch, timer, device, backend))
         print(f"floor_copy {records[-1]}", flush=True)
     machine = (
         torch.cuda.get_device_name() if on_device else platform.processor() or "cpu"
@@ -271,12 +299,6 @@ def _ratio(r, key):
 def summarize(ops: list) -> dict:
     nvidia = [r for r in ops if r["backend"] == "nvidia" and r["name"] != "floor"]
     floor = next((r for r in ops if r["name"] == "floor"), None)
-    kx = [
-        r
-        for r in ops
-        if r["backend"] == "kunlunxin-emulated" and r["name"] != "floor_copy"
-    ]
-    copy_floor = next((r for r in ops if r["name"] == "floor_copy"), None)
     out = {}
     if nvidia:
         med = statistics.median(_ratio(r, "after_us") for r in nvidia)
@@ -291,21 +313,25 @@ def summarize(ops: list) -> dict:
             f = _ratio(floor, "after_us")
             out["nvidia"]["floor_over_eager"] = f
             out["nvidia"]["median_over_floor"] = med / f
-    if kx:
-        out["kunlunxin-emulated"] = {
+    for name in KUNLUNXIN_BACKENDS:  # (PR 1's two integrations, each on its own)
+        kx = [r for r in ops if r["backend"] == name and r["name"] != "floor_copy"]
+        copy_floor = next(
+            (r for r in ops if r["backend"] == name and r["name"] == "floor_copy"), None
+        )
+        if not kx:
+            continue
+        out[name] = {
             "max_after_over_aten": max(_ratio(r, "after_us") for r in kx),
             "max_before_over_aten": max(_ratio(r, "before_us") for r in kx),
         }
         if copy_floor:
-            out["kunlunxin-emulated"]["floor_copy_over_aten"] = _ratio(
-                copy_floor, "after_us"
-            )
+            out[name]["floor_copy_over_aten"] = _ratio(copy_floor, "after_us")
     return out
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="copyfix.measure.launch_cost")
-    parser.add_argument("backend", choices=["nvidia", "kunlunxin-emulated"])
+    parser.add_argument("backend", choices=["nvidia", *KUNLUNXIN_BACKENDS])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=15)

@@ -18,15 +18,22 @@ ignored by git) as ``copy.py`` and ``tle_copy.py``, read with the search tool's 
 (repo flagos-ai/FlagGems, the paths in :data:`LATER_FILES`); their sha256 goes into the
 results, beside the one the report cites.
 
-Three variants, each on its own temporary copy of the checkout (the checkout is not
+Four variants, each on its own temporary copy of the checkout (the checkout is not
 written to): ``base`` (the checkout's copy.py), ``later`` (upstream's later copy.py and
-``utils/tle_copy.py``), ``ours`` (PR 1, applied by ``export.apply_pr``). For each:
+``utils/tle_copy.py``), ``ours`` (PR 1, applied by ``export.apply_pr``), and
+``ours-on-head`` (the head-like tree: ``later``'s tree, PR 1 applied to it by
+``export.apply_pr``, i.e. ``copy.py.head.patch`` on the head copy.py plus
+``strided_copy.py``). For each:
 
 * :data:`CASES`, in a child process with the checkout's ``flag_gems`` imported: the seed's
   minimal repro, SDPA mask copies, and one copy of each kind the later file sends to aten
   (small with equal shapes, aliasing, declined by ``tle_copy``); each ``dst.copy_(src)``
   under ``use_gems(include=["copy_"])`` with the device model on, compared bit for bit
-  with torch on the host; aten fallbacks (redispatches) counted;
+  with torch on the host; aten fallbacks (redispatches) counted, and among them the
+  strided ones (those the XPU's native copy cannot run as one flat loop);
+* where the tree has ``tle_copy.py``: with :mod:`copyfix.upstream.tle_standin` (TLE
+  "available", tle_copy's own rules deciding), which copies of a corpus reach
+  ``tle_copy`` and which it takes, so ``later`` and ``ours-on-head`` can be compared;
 * upstream's ``tests/test_copy.py`` as ``copyfix.upstream.ci`` runs it (both invocations
   with ``--test-copy full``).
 
@@ -36,6 +43,7 @@ Results: ``results/upstream_later_<mode>.json``; ``make upstream-later UPSTREAM=
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import hashlib
 import json
@@ -44,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 from copyfix.upstream import ci as upstream_ci
 
@@ -66,7 +75,8 @@ LATER_FILES = {
         "6aada84c798766a5bb162fdc67ca2ad9af504dd565491b78e91c173851069b84",
     ),
 }
-VARIANTS = ("base", "later", "ours")
+VARIANTS = ("base", "later", "ours", "ours-on-head")
+HEAD_TREES = ("later", "ours-on-head")  # (trees holding upstream's head files)
 # What the later copy.py needs changed around it on main of 2026-08-21 to import at all:
 # main's kunlunxin contiguous.py imports copy_slice from it, which the later file no
 # longer defines (the later trees' own contiguous.py cannot be read here). contiguous
@@ -154,16 +164,38 @@ def run_cases(out: Path) -> int:
         return 0
     import torch
 
+    from copyfix.emulation.faults import is_flat_loop
+
     module = emulation.copy_module()
     device = emulation.device()
     records = []
+    strided = []
+    op = torch.ops.aten.copy_.default
+
+    @contextlib.contextmanager
+    def classified():  # (innermost: calls on to the counting and faulting layers)
+        inner = op.redispatch
+
+        def classifying(keyset, dst, src, *args):
+            if isinstance(src, torch.Tensor) and not is_flat_loop(dst, src):
+                strided.append(1)
+            return inner(keyset, dst, src, *args)
+
+        with mock.patch.object(op, "redispatch", classifying):
+            yield
+
     for name, make in _cases(torch).items():
         host_dst, host_src, host_cmp = make("cpu")
         host_dst.copy_(host_src.clone())
         dst, src, cmp = make(device)
         rec = {"case": name, "numel": dst.numel()}
+        strided.clear()
         try:
-            with emulation.xpu_device_model(), tracking.track(module) as paths:
+            with (
+                emulation.xpu_device_model(),
+                tracking.track(module) as paths,
+                classified(),
+            ):
                 with flag_gems.use_gems(include=["copy_"]):
                     dst.copy_(src)
         except Exception as exc:  # what the case measures
@@ -172,9 +204,13 @@ def run_cases(out: Path) -> int:
             got = cmp.cpu()
             same = torch.equal(got.view(torch.uint8), host_cmp.view(torch.uint8))
             rec["outcome"] = "bit-exact" if same else "differs from torch"
-        rec.update(fallbacks=paths.fallbacks, triton_launches=len(paths.ranks))
+        rec.update(
+            fallbacks=paths.fallbacks,
+            strided_fallbacks=len(strided),
+            triton_launches=len(paths.ranks),
+        )
         records.append(rec)
-    tle = sys.modules.get("_kunlunxin.utils.tle_copy")  # (the later variant's)
+    tle = sys.modules.get("_kunlunxin.utils.tle_copy")  # (the head trees')
     meta = {
         "mode": mode,
         "versions": emulation.versions(),
@@ -182,7 +218,16 @@ def run_cases(out: Path) -> int:
         "tle_copy_module": getattr(tle, "__file__", None),
         "tle_copy_available": tle.tle_dma_available() if tle else None,
     }
-    out.write_text(json.dumps({"meta": meta, "cases": records}, indent=1))
+    section = {"meta": meta, "cases": records}
+    if tle is not None:  # which copies reach tle_copy, with TLE stood in
+        from copyfix.upstream import tle_standin
+
+        reached = tle_standin.reach(module, device)
+        section["tle_standin"] = {
+            "summary": tle_standin.summary(reached),
+            "copies": reached,
+        }
+    out.write_text(json.dumps(section, indent=1))
     return 0
 
 
@@ -218,10 +263,12 @@ def make_tree(checkout: Path, work: Path, variant: str, later: Path) -> Path:
     from copyfix import export
 
     tree = upstream_ci.copy_checkout(checkout, work / variant)
-    if variant == "later":
+    if variant in HEAD_TREES:
         for name, (upstream_path, _, _) in LATER_FILES.items():
             shutil.copyfile(later / name, tree / upstream_path)
-    elif variant == "ours":
+    if variant == "ours-on-head":
+        adapt(tree)  # (named: ADAPTATIONS)
+    if variant in ("ours", "ours-on-head"):
         export.apply_pr(tree, "kunlunxin")
     return tree
 
@@ -254,6 +301,21 @@ def adapt(tree: Path) -> list[str]:
             path.write_text(text.replace(old, new))
             done.append(f"{rel}: {old.strip()!r} -> {new.strip()!r}")
     return done
+
+
+def make_head_tree(tree: Path, later: Path) -> list[str]:
+    """Turn the FlagGems tree ``tree`` (main of 2026-08-21) into the head-like tree
+    in place: the later files (sha256 checked) plus :data:`ADAPTATIONS`; what was
+    adapted. ``python -m copyfix.upstream.later --head-tree DIR``."""
+    files = later_files(later)
+    wrong = [n for n, rec in files.items() if not rec["as_cited"]]
+    if wrong:
+        raise upstream_ci.InputError(
+            f"{later}: {', '.join(wrong)} not the cited sha256"
+        )
+    for name, (upstream_path, _, _) in LATER_FILES.items():
+        shutil.copyfile(later / name, tree / upstream_path)
+    return adapt(tree)
 
 
 def run_variant(tree: Path, variant: str, args, work: Path) -> dict:
@@ -303,9 +365,19 @@ def main(argv=None) -> int:
     p.add_argument("--results", type=Path)
     p.add_argument("--timeout", type=float, default=upstream_ci.DEFAULT_TIMEOUT)
     p.add_argument("--cases", type=Path, help=argparse.SUPPRESS)  # (the child)
+    p.add_argument("--head-tree", type=Path, help="make this tree head-like, then stop")
     args = p.parse_args(argv)
     if args.cases:
         return run_cases(args.cases)
+    if args.head_tree:
+        try:
+            print(
+                "\n".join(make_head_tree(args.head_tree, args.later)) or "no adaptation"
+            )
+        except upstream_ci.InputError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        return 0
     from copyfix import export
 
     try:
@@ -329,6 +401,10 @@ def main(argv=None) -> int:
         "checkout_copy_py_sha256": _sha256(checkout / export.COPY_PY),
         "op_commit": upstream_ci.github_sha(),  # (ours: this repository's HEAD)
         "op_sha256": _sha256(REPO / export.COPY_PY),
+        "op_files_sha256": {
+            rel: _sha256(REPO / rel)
+            for rel in (export.STRIDED_COPY_PY, f"{export.COPY_PY}.head.patch")
+        },
         "later_files": files,
         "variants": {},
     }

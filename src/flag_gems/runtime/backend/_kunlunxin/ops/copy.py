@@ -16,18 +16,16 @@ import logging
 from typing import Optional
 
 import torch
-import triton
-import triton.language as tl
 
-from flag_gems.runtime import device
-from flag_gems.utils.shape_utils import (
-    MemOverlap,
-    can_use_int32_index,
-    has_internal_overlapping,
+from .strided_copy import (  # (copy_slice: contiguous.py imports it from here)
+    copy_slice,
+    copy_template,
+    fallback_reason,
+    strided_copy_,
+    wrapped_number,
 )
 
-from ..utils.codegen_config_utils import CodeGenConfig
-from ..utils.pointwise_dynamic import pointwise_dynamic
+__all__ = ["copy", "copy_", "copy_slice"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,205 +33,18 @@ _FALLBACK_KEYSET = torch._C.DispatchKeySet(
     torch._C.DispatchKey.CompositeExplicitAutograd
 )
 
-# Dtypes Triton on KunlunXIN loads and stores (fp64 only where the backend
-# descriptor enables it); complex, quantized and fp8 copies go to aten.
-_TRITON_DTYPES = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32}
-_TRITON_DTYPES |= {torch.int64, torch.float16, torch.bfloat16, torch.float32}
-if device.support_fp64:
-    _TRITON_DTYPES.add(torch.float64)
-
-# The 1-D tile kernels run 12 CTAs of next_power_of_2(cdiv(numel, 12)) int32
-# lanes: one launch holds at most 12 * 2**27 elements.
-_MAX_NUMEL = 12 * 2**27
-
-config_ = CodeGenConfig(
-    512,
-    (65536, 65536, 65536),
-    32,
-    True,
-    prefer_1d_tile=True,
-    is_scatter_slice=True,
-)
-
-
-# @pointwise_dynamic(is_tensor=(True,), promotion_methods=[(0, "DEFAULT")])
-# @triton.jit
-# def copy(src):
-#     return src
-
-
-@pointwise_dynamic(
-    is_tensor=(True,), promotion_methods=[(0, "DEFAULT")], config=config_
-)
-@triton.jit
-def copy_slice(src):
-    return src
-
-
-@pointwise_dynamic(is_tensor=[True], promotion_methods=[(0, "DEFAULT")])
-@triton.jit
-def _copy_kernel(src):
-    return src
-
-
-# Conversions where a Triton store differs from torch. Like copy_slice, they
-# run with the scatter-slice config, which also serves strided layouts.
-
-
-# A store into bool goes through int8 (0.5 -> False); torch's bool is `!= 0`.
-@pointwise_dynamic(
-    is_tensor=[True], promotion_methods=[(0, "ALWAYS_BOOL")], config=config_
-)
-@triton.jit
-def _to_bool_kernel(src):
-    return src != 0
-
-
-# torch converts an integer to bfloat16 through float32 (two roundings);
-# Triton rounds once. Round the float32 bits to nearest even by hand.
-@pointwise_dynamic(is_tensor=[True], promotion_methods=[(0, "DEFAULT")], config=config_)
-@triton.jit
-def _int_to_bf16_kernel(src):
-    bits = src.to(tl.float32).to(tl.uint32, bitcast=True)
-    bits += 0x7FFF + ((bits >> 16) & 1)
-    return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
-
-
-# torch converts a float to uint8 through int64 (-1.5 -> -1 -> 255); a direct
-# float -> unsigned conversion saturates.
-@pointwise_dynamic(is_tensor=[True], promotion_methods=[(0, "DEFAULT")], config=config_)
-@triton.jit
-def _float_to_uint8_kernel(src):
-    return src.to(tl.int64)
-
-
-# A negated view (lazy neg bit) is negated in dst's dtype after the conversion,
-# as torch does (int8 -128 copied negated into int32 is 128). A float's sign
-# bit is flipped, as torch's neg does for 0.0 and NaN (Triton's -x is 0 - x).
-@pointwise_dynamic(is_tensor=[True], promotion_methods=[(0, "DEFAULT")], config=config_)
-@triton.jit
-def _negate_kernel(src):
-    if src.dtype.is_fp64():
-        sign = src.to(tl.int64, bitcast=True) ^ -9223372036854775808
-        return sign.to(tl.float64, bitcast=True)
-    elif src.dtype.is_fp32():
-        return (src.to(tl.int32, bitcast=True) ^ -2147483648).to(
-            tl.float32, bitcast=True
-        )
-    elif src.dtype.is_fp16() or src.dtype.is_bf16():
-        sign = (src.to(tl.int16, bitcast=True) ^ -32768).to(tl.int16)
-        return sign.to(src.dtype, bitcast=True)
-    else:
-        return -src
-
-
-def _kernel_for(dst: torch.Tensor, src: torch.Tensor):
-    if dst.dtype is torch.bool and src.dtype is not torch.bool:
-        return _to_bool_kernel
-    integer = not (src.is_floating_point() or src.dtype is torch.bool)
-    if dst.dtype is torch.bfloat16 and integer:
-        return _int_to_bf16_kernel
-    if dst.dtype is torch.uint8 and src.is_floating_point():
-        return _float_to_uint8_kernel
-    if dst.is_contiguous() and src.is_contiguous():
-        return _copy_kernel
-    return copy_slice
-
-
-def _fallback_reason(dst: torch.Tensor, src: torch.Tensor) -> Optional[str]:
-    """Why Triton on KunlunXIN cannot run this copy; None when it can."""
-    if dst.device != src.device or dst.is_meta:
-        return "cross-device or meta copy"
-    if dst.is_quantized or src.is_quantized:
-        return "quantized tensor"
-    if dst.dtype not in _TRITON_DTYPES or src.dtype not in _TRITON_DTYPES:
-        return f"dtype {src.dtype} -> {dst.dtype}"
-    if dst.dtype is torch.bool and src.is_neg() != dst.is_neg():
-        return "negation into bool (aten raises for it)"
-    return None
-
-
-def _span(t: torch.Tensor):
-    """Bytes from t's first element to the end of its last (t non-empty)."""
-    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
-    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
-
-
-def _must_read_src_first(dst: torch.Tensor, src: torch.Tensor) -> bool:
-    """For aliasing dst and src: raise torch's partial-overlap error, or tell
-    whether src must be read whole before dst is written.
-
-    As at::assert_no_partial_overlap, only dense views are classified; other
-    overlapping views do not raise in torch either, and get a snapshot here.
-    """
-    if dst.numel() == 0 or src.numel() == 0:
-        return False
-    (d0, d1), (s0, s1) = _span(dst), _span(src)
-    dense = torch.ops.aten.is_non_overlapping_and_dense
-    if dense(dst) and dense(src):
-        if (d0, d1) != (s0, s1) or dst.stride() != src.stride():
-            if d0 < s1 and s0 < d1:
-                raise RuntimeError(
-                    "unsupported operation: some elements of the input tensor and the "
-                    "written-to tensor refer to a single memory location. Please "
-                    "clone() the tensor before performing the operation."
-                )
-        return False
-    return d0 < s1 and s0 < d1
-
-
-def _wrapped_number(value, dst: torch.Tensor) -> torch.Tensor:
-    """`Tensor.copy_(3.7)` hands a Python kernel the number itself. Convert it on
-    the host from float64/int64/bool as aten does, and broadcast it on dst's device."""
-    if not isinstance(value, (bool, int, float, complex)):
-        raise TypeError(
-            f"copy_(): argument 'src' must be Tensor, not {type(value).__name__}"
-        )
-    src = torch.tensor(value, dtype=torch.float64 if isinstance(value, float) else None)
-    if src.is_complex() or dst.dtype not in _TRITON_DTYPES:
-        return src  # (the fallback converts it)
-    return src.to(dst.dtype).to(dst.device)
-
-
-def _launch(kernel, dst: torch.Tensor, src: torch.Tensor) -> None:
-    """Run kernel(src) into dst (same shape), split where int32 cannot index."""
-    if not (
-        dst.numel() <= _MAX_NUMEL
-        and can_use_int32_index(dst)
-        and can_use_int32_index(src)
-    ):
-        if dst.shape[0] == 1:
-            return _launch(kernel, dst[0], src[0])
-        half = dst.shape[0] // 2
-        _launch(kernel, dst[:half], src[:half])
-        return _launch(kernel, dst[half:], src[half:])
-    kernel.instantiate(dst.ndim)(src, out0=dst)
-
 
 def copy(
     template: torch.Tensor, src: torch.Tensor, *, non_blocking: Optional[bool] = False
 ):
     logger.debug("GEMS_KUNLUNXIN COPY")
-    # src copied into a clone of template, as aten::copy does: dense in template's
-    # dim order if template overlaps itself (clone), else template's whole storage
-    # viewed with its strides and offset (clone_preserve_strides)
-    overlap = has_internal_overlapping(template)
-    if overlap == MemOverlap.Yes:
-        out = torch.empty_like(template)
-    else:
-        numel = template.untyped_storage().nbytes() // template.element_size()
-        out = torch.empty(numel, dtype=template.dtype, device=template.device)
-        if overlap == MemOverlap.TooHard or template.numel() < numel:
-            # (only elements that src does not overwrite need the clone)
-            copy_(out, template.as_strided((numel,), (1,), 0))
-        offset = template.storage_offset() if numel else 0  # (aten: empty_strided)
-        out = out.as_strided(template.size(), template.stride(), offset)
-    return copy_(out, src, non_blocking=bool(non_blocking))
+    # src copied into a clone of template, as aten::copy does
+    return copy_(copy_template(template), src, non_blocking=bool(non_blocking))
 
 
 def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
     if not isinstance(src, torch.Tensor):
-        src = _wrapped_number(src, dst)
+        src = wrapped_number(src, dst)
 
     # this is the same as PyTorch's check
     if dst._is_zerotensor():
@@ -260,7 +71,7 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
     ):
         return dst
 
-    reason = _fallback_reason(dst, src)
+    reason = fallback_reason(dst, src)
     if reason is not None:
         logger.debug("GEMS_KUNLUNXIN COPY_ falls back to aten: %s", reason)
         return torch.ops.aten.copy_.default.redispatch(
@@ -268,29 +79,4 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
         )
 
     logger.debug("GEMS_KUNLUNXIN COPY_")
-    # torch's errors, in TensorIterator's order, before anything is written
-    if dst.numel() and has_internal_overlapping(dst) == MemOverlap.Yes:
-        raise RuntimeError(
-            "unsupported operation: more than one element of the written-to tensor "
-            "refers to a single memory location. Please clone() the tensor before "
-            "performing the operation."
-        )
-    read_first = aliases and _must_read_src_first(dst, src)
-    shape = torch._C._infer_size(dst.shape, src.shape)
-    if shape != dst.shape:
-        raise RuntimeError(
-            f"output with shape {list(dst.shape)} doesn't match the broadcast shape "
-            f"{list(shape)}"
-        )
-    if dst.numel() == 0:
-        return dst
-
-    expanded_src = src.expand(dst.shape)
-    if read_first:
-        snapshot = torch.empty(dst.shape, dtype=src.dtype, device=src.device)
-        _launch(copy_slice, snapshot, expanded_src)
-        expanded_src = snapshot
-    _launch(_kernel_for(dst, expanded_src), dst, expanded_src)
-    if src.is_neg() != dst.is_neg():
-        _launch(_negate_kernel, dst, dst)
-    return dst
+    return strided_copy_(dst, src, aliases)
