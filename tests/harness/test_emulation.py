@@ -468,7 +468,7 @@ def test_base_copy_module_without_overlay_is_the_installed_module(monkeypatch):
 
 @pytest.mark.parametrize(
     "lib, fake",
-    [("torch", "2.12.0+cpu"), ("triton", "3.5.1"), ("flag_gems", "5.1.0 at /x")],
+    [("torch", "2.12.0+cpu"), ("triton", "3.7.0"), ("flag_gems", "5.1.0 at /x")],
 )
 def test_activate_refuses_versions_it_was_not_written_for(monkeypatch, lib, fake):
     real = emulation._installed_versions()
