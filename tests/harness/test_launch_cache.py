@@ -94,6 +94,17 @@ def counts(cache):
     return cache.hits, cache.misses
 
 
+# calls of a signature until one is recorded: ADMIT_AFTER uncached ones, then that one
+N = lc.ADMIT_AFTER + 1
+
+
+def warm(f, *args, **kwargs):
+    """Call ``f`` until its signature holds a plan (the last call records it)."""
+    for _ in range(N):
+        out = f(*args, **kwargs)
+    return out
+
+
 @pytest.fixture(autouse=True)
 def fresh_plans():
     lc.clear()
@@ -116,12 +127,13 @@ def test_first_calls_are_the_uncached_path_and_a_hit_skips_it(flavour):
             LibEntry, "run", autospec=True, side_effect=stock_run
         ) as entry,
     ):
-        zeroth = f(x, 2.0, y)  # remembered only
-        assert prepare.call_count == 1 and entry.call_count == 1
-        assert counts(cache) == (0, 1) and not cache.plans
+        for k in range(1, N):  # counted only
+            zeroth = f(x, 2.0, y)
+            assert prepare.call_count == k and entry.call_count == k
+            assert counts(cache) == (0, k) and not cache.plans
         first = f(x, 2.0, y)  # recorded
-        assert prepare.call_count == 2 and entry.call_count == 2
-        assert counts(cache) == (0, 2) and len(cache.plans) == 1
+        assert prepare.call_count == N and entry.call_count == N
+        assert counts(cache) == (0, N) and len(cache.plans) == 1
         (plan,) = cache.plans.values()
         x2, y2 = rand(4, 6, seed=2), rand(4, 6, seed=3)
         kernel, launcher = plan.kernel, plan.launcher
@@ -131,9 +143,9 @@ def test_first_calls_are_the_uncached_path_and_a_hit_skips_it(flavour):
             second = f(x2, 3.0, y2)
         finally:
             plan.launcher = launcher
-        assert prepare.call_count == 2 and entry.call_count == 2  # derivations skipped
+        assert prepare.call_count == N and entry.call_count == N  # derivations skipped
         assert launches == [kernel.function]  # the recorded kernel, once
-        assert counts(cache) == (1, 2)
+        assert counts(cache) == (1, N)
     assert same(zeroth, uncached(lambda a, b: f(a, 2.0, b), x, y)[0])
     assert same(first, zeroth)
     assert same(second, uncached(lambda a, b: f(a, 3.0, b), x2, y2)[0])
@@ -145,13 +157,13 @@ def test_instantiated_wrapper_hits_too(flavour):
     f = FNS[flavour].axpy
     x, y, out = rand(3, 5), rand(3, 5, seed=1), torch.empty(5, 3, device=DEV).t()
     wrapper = f.instantiate(2)
-    for _ in range(2):  # remembered, recorded
+    for _ in range(N):  # counted, then recorded
         assert wrapper(x, 2.0, y, out0=out) is out
     ref = uncached(lambda a, b, o: wrapper(a, 2.0, b, out0=o), x, y, out)[1][2]
     assert same(out, ref)
     out.zero_()
     assert wrapper(x, 2.0, y, out0=out) is out
-    assert counts(wrapper.launch_cache) == (1, 2) and same(out, ref)
+    assert counts(wrapper.launch_cache) == (1, N) and same(out, ref)
 
 
 def _signature_pairs():
@@ -205,9 +217,8 @@ def _scenario(flavour, field):
     uncached path."""
     f = FNS[flavour].axpy
     a, b = _signature_pairs()[field]
-    a(f)
-    a(f)
-    a(f)  # a hit of A's plan
+    for _ in range(N + 1):  # recorded, then a hit of A's plan
+        a(f)
     misses = f._launch_cache.misses
     got = b(f)
     with cache_off():
@@ -282,8 +293,7 @@ def test_key_holds_the_device_of_each_tensor():
 def test_current_device_and_stream_are_read_at_each_launch(flavour):
     f = FNS[flavour].axpy
     x = rand(4, 6)
-    f(x, 2.0, x)
-    f(x, 2.0, x)
+    warm(f, x, 2.0, x)
     driver = triton.runtime.driver.active
     streams = []
     stock_stream = driver.get_current_stream
@@ -339,10 +349,9 @@ def test_launch_hooks_see_every_launch():
     x = rand(4, 6)
     seen = []
     with _enter_hook(lambda meta: seen.append(meta)):
-        f(x, 2.0, x)
-        f(x, 2.0, x)
+        warm(f, x, 2.0, x)
         f(x, 2.0, x)  # a hit
-    assert f._launch_cache.hits == 1 and len(seen) == 3 and seen[2] is not None
+    assert f._launch_cache.hits == 1 and len(seen) == N + 1 and seen[-1] is not None
 
 
 # ----------------------------------------------------------------- results
@@ -367,7 +376,7 @@ def test_bit_exact_against_the_uncached_path(flavour, layout, dtype):
     fns = FNS[flavour]
     view = LAYOUTS[layout]
     scalar = 3 if dtype == torch.int32 else 0.5
-    for seed in range(4):  # remembered, recorded, then two hits
+    for seed in range(N + 2):  # counted, recorded, then two hits
         x, y = rand(6, 8, dtype=dtype, seed=seed), rand(6, 8, dtype=dtype, seed=9)
         got = fns.axpy(view(x), scalar, view(y)), fns.pair(view(x))
         want = uncached(
@@ -382,7 +391,7 @@ def test_output_aliasing_an_input(flavour):
     f = FNS[flavour].axpy
 
     def run(x, y):
-        for _ in range(4):  # in place, then a partial overlap of out with an input
+        for _ in range(N + 2):  # in place, then a partial overlap of out with an input
             f(x, 2.0, y, out0=x)
             f(x[:-1], 0.5, y[1:], out0=x[1:])
         return x
@@ -397,13 +406,13 @@ def test_output_aliasing_an_input(flavour):
 def test_zero_size_and_zero_dim(flavour):
     fns = FNS[flavour]
     cases = [rand(0, 3), rand(3, 0).t(), torch.tensor(1.5, device=DEV), rand(1, 1)]
-    for _ in range(3):
+    for _ in range(N + 1):
         hits = fns.axpy._launch_cache.hits
         for x in cases:
             got = fns.axpy(x, 2.0, x), fns.pair(x)
             want = uncached(lambda a: (fns.axpy(a, 2.0, a), fns.pair(a)), x)[0]
             assert same(got, want)
-    assert fns.axpy._launch_cache.hits == hits + len(cases)  # the third pass hits
+    assert fns.axpy._launch_cache.hits == hits + len(cases)  # the last pass hits
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
@@ -445,8 +454,8 @@ def test_calls_it_cannot_key_stay_uncached(flavour):
         with contextlib.suppress(Exception):
             call()
     assert not wrapper.launch_cache.plans and not f._launch_cache.plans
-    odd[2]()
-    odd[2]()
+    for _ in range(N):
+        odd[2]()
     assert len(f._launch_cache.plans) == 1
 
 
@@ -465,7 +474,7 @@ def test_plans_are_bounded():
     f = FNS["generic"].axpy
     with mock.patch.object(lc, "MAX_PLANS", 4):
         for n in range(1, 7):
-            for _ in range(2):  # remembered, recorded
+            for _ in range(N):  # counted, then recorded
                 f(rand(n, 3), 2.0, rand(n, 3))
         assert len(f._launch_cache.plans) == 4
         misses = f._launch_cache.misses
@@ -495,7 +504,7 @@ def test_a_round_robin_over_more_signatures_than_the_cap_keeps_its_plans():
     xs = [rand(n, 2, seed=n) for n in range(1, 7)]
     want = [uncached(lambda a: f(a, 2.0, a), x)[0] for x in xs]
     with mock.patch.object(lc, "MAX_PLANS", 4), _recordings(f) as plan:
-        for _ in range(4):  # warm-up cycles
+        for _ in range(N + 1):  # warm-up cycles
             for x in xs:
                 f(x, 2.0, x)
         hits, recorded = f._launch_cache.hits, plan.call_count
@@ -511,10 +520,10 @@ def test_stale_plans_give_way_to_new_signatures():
     old = [rand(n, 2) for n in range(1, 5)]
     new = [rand(n, 3) for n in range(1, 5)]
     with mock.patch.object(lc, "MAX_PLANS", 4):
-        for _ in range(4):
+        for _ in range(N + 1):
             for x in old:
                 f(x, 2.0, x)
-        for _ in range(6):
+        for _ in range(N + 3):
             for x in new:
                 f(x, 2.0, x)
         hits = f._launch_cache.hits
@@ -548,32 +557,33 @@ def test_wrapper_files_are_named_by_their_source(flavour):
     assert lc.source_named("d/a.py", "x").startswith("d/a_")
 
 
-def test_stats_and_clear_while_other_threads_make_caches():
-    errors, done = [], threading.Event()
+def test_stats_and_clear_while_another_thread_makes_a_cache():
+    """A first call of a new pointwise function (or rank) adds a cache while stats()
+    or clear() walks them: made to happen mid-walk, every time."""
+    import weakref
 
-    def make():
-        try:
-            for _ in range(3000):
-                lc.LaunchCache()
-        except Exception as e:  # noqa: BLE001
-            errors.append(e)
-        finally:
-            done.set()
+    held, made = [lc.LaunchCache()], []
 
-    def read():
-        try:
-            while not done.is_set():
-                lc.stats()
-                lc.clear()
-        except Exception as e:  # noqa: BLE001
-            errors.append(e)
+    class Walked(weakref.WeakSet):
+        def __iter__(self):
+            for i, item in enumerate(super().__iter__()):
+                if i == 0:  # another thread's first call, now
+                    t = threading.Thread(target=lambda: made.append(lc.LaunchCache()))
+                    t.start()
+                    t.join(0.2)  # (blocked on the registry's lock, if it has one)
+                    threads.append(t)
+                yield item
 
-    threads = [threading.Thread(target=make), threading.Thread(target=read)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    for walk in (lc.stats, lc.clear):
+        threads = []
+        registry = Walked(lc._CACHES)
+        with mock.patch.object(lc, "_CACHES", registry):
+            walk()
+            for t in threads:
+                t.join()
+            assert len(made) == len(threads) == 1 and made[0] in registry
+        made.clear()
+    assert held
 
 
 @pytest.mark.parametrize(
@@ -636,8 +646,7 @@ def test_the_switch():
         for _ in range(3):
             f(x, 2.0, x)
         assert not f._launch_cache.plans and not lc.is_enabled()
-    f(x, 2.0, x)
-    f(x, 2.0, x)
+    warm(f, x, 2.0, x)
     assert len(f._launch_cache.plans) == 1 and lc.is_enabled()
 
 
@@ -649,7 +658,7 @@ def test_copy_dispatched_under_use_gems_hits(layout, dtype):
     view = LAYOUTS[layout]
     dst = torch.empty_like(view(rand(6, 8, dtype=dtype)))
     with flag_gems.use_gems(include=["copy_"]):
-        for seed in range(4):
+        for seed in range(N + 2):
             src = view(rand(6, 8, dtype=dtype, seed=seed))
             dst.copy_(src)
             with cache_off():
@@ -665,13 +674,14 @@ def test_what_the_key_leaves_out_does_not_change_the_launch(flavour):
     f = FNS[flavour].axpy
     x = rand(4, 6)
     variants = [x, x._neg_view(), rand(4, 6, seed=5).requires_grad_(), x.t().t()]
-    for v in variants:  # one signature: remembered, recorded, then hits
+    variants = [*[x] * (N - 1), *variants]  # counted first, then recorded: x itself
+    for v in variants:  # one signature: counted, recorded, then hits
         got = f(v, 2.0, v)
         with cache_off():  # (on v itself: a clone would resolve the negation)
             want = f(v, 2.0, v)
         assert same(got, want)
         assert not got.is_neg() and not got.requires_grad
-    assert f._launch_cache.hits == len(variants) - 2
+    assert f._launch_cache.hits == len(variants) - N
 
 
 def test_named_tensors_stay_uncached():
@@ -686,8 +696,7 @@ def test_named_tensors_stay_uncached():
     ):
         assert lc._key((x,), {}, ()) is None
         f = FNS["generic"].axpy
-        f(x, 2.0, x)
-        f(x, 2.0, x)
+        warm(f, x, 2.0, x)
         assert not f._launch_cache.plans and not f._launch_cache.seen
 
 
@@ -695,8 +704,7 @@ def test_a_misaligned_allocation_takes_the_uncached_path():
     """Allocated outputs are not in the key: their alignment is checked at each hit."""
     f = FNS["generic"].axpy
     x = rand(4, 6)
-    f(x, 2.0, x)
-    f(x, 2.0, x)
+    warm(f, x, 2.0, x)
     stock = torch.empty_strided
 
     def misaligned(shape, stride, **kwargs):  # 4 bytes past a 16-byte boundary
@@ -715,8 +723,7 @@ def test_the_block_pointer_setting_is_in_the_key(flavour):
     """pointwise_dynamic's salt: prefer_block_pointer picks another overload."""
     f = FNS[flavour].axpy
     x = rand(4, 6)
-    f(x, 2.0, x)
-    f(x, 2.0, x)
+    warm(f, x, 2.0, x)
     stock = f.config.prefer_block_pointer
     try:
         f.config.prefer_block_pointer = not stock

@@ -16,11 +16,12 @@
 
 A pointwise call spends most of its host time deriving things that only depend on
 the call's signature: type promotion, the output layout, tile sizes and grid, and
-LibEntry's kernel key.  A signature's first call runs the usual path and is only
-remembered; its second call runs the usual path too and records its single kernel
+LibEntry's kernel key.  A signature's first ``ADMIT_AFTER`` calls run the usual path
+and are only counted; the next runs the usual path too and records its single kernel
 launch (the compiled kernel that launch returned); later calls of the same signature
 allocate the outputs and launch that compiled kernel with their own pointers and
-scalar values.  A one-off signature thus costs its key and nothing more.
+scalar values.  A signature called only a few times thus costs its key and nothing
+more.
 
 The key holds everything that launch depends on: for each tensor its dtype, shape,
 strides, device and 16-byte pointer alignment; for each Python scalar its type (and,
@@ -60,8 +61,11 @@ from flag_gems.utils.libentry import LibEntry
 from flag_gems.utils.tensor_wrapper import StridedBuffer
 
 # Plans kept per cache (one cache per pointwise function and per instantiated
-# wrapper), and signatures remembered after their first call.
+# wrapper); calls of a signature that run uncached before one is recorded (recording
+# costs more than a key: a signature called only that often never pays for it); and
+# signatures remembered meanwhile.
 MAX_PLANS = 256
+ADMIT_AFTER = 2
 MAX_SEEN = 4 * MAX_PLANS
 
 
@@ -170,18 +174,29 @@ def _record_launch(kernel, grid, args, kwargs, launched):
     if not all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata")):
         return None  # nothing compiled was launched (a compile hook, an interpreter)
     values = []  # every parameter in signature order, as the launcher takes them
-    for p in fn.params:
-        if p.num < len(args):
-            values.append(args[p.num])
-        elif p.name in kwargs:
-            values.append(kwargs[p.name])
-        elif p.default is not inspect.Parameter.empty:
-            values.append(p.default)
+    for num, name, default in _params(fn):
+        if num < len(args):
+            values.append(args[num])
+        elif name in kwargs:
+            values.append(kwargs[name])
+        elif default is not _EMPTY:
+            values.append(default)
         else:
             return None
     grid = tuple(grid) + (1,) * (3 - len(grid))
     device = driver.active.get_current_device()
     return compiled, grid, values, device
+
+
+_EMPTY = inspect.Parameter.empty
+_PARAMS = weakref.WeakKeyDictionary()  # JITFunction -> ((num, name, default), ...)
+
+
+def _params(fn):
+    params = _PARAMS.get(fn)
+    if params is None:
+        params = _PARAMS[fn] = tuple((p.num, p.name, p.default) for p in fn.params)
+    return params
 
 
 def _int_class(v: int):
@@ -375,7 +390,7 @@ class LaunchCache:
 
     def __init__(self):
         self.plans = {}  # key -> _Plan or _UNCACHEABLE, oldest first
-        self.seen = {}  # keys called once, oldest first (an ordered set)
+        self.seen = {}  # key -> uncached calls so far, oldest first
         self.lock = threading.Lock()
         self.hits = self.misses = 0
         with _CACHES_LOCK:
@@ -413,15 +428,17 @@ class LaunchCache:
         return result
 
     def _admit(self, key) -> bool:
-        """Whether to record this call: a signature's second call, and room for it
-        (at most one held plan is examined: evicted if it had no hit since the hand
-        last passed it, else moved to the back and the newcomer not admitted)."""
+        """Whether to record this call: a signature's call after ``ADMIT_AFTER``
+        uncached ones, and room for it (at most one held plan is examined: evicted if
+        it had no hit since the hand last passed it, else moved to the back and the
+        newcomer not admitted)."""
         with self.lock:
             seen = self.seen
-            if key not in seen:
-                if len(seen) >= MAX_SEEN:
+            calls = seen.get(key, 0)
+            if calls < ADMIT_AFTER:
+                if not calls and len(seen) >= MAX_SEEN:
                     del seen[next(iter(seen))]
-                seen[key] = None
+                seen[key] = calls + 1
                 return False
             plans = self.plans
             if len(plans) >= MAX_PLANS:
