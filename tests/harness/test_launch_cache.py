@@ -166,6 +166,22 @@ def test_instantiated_wrapper_hits_too(flavour):
     assert counts(wrapper.launch_cache) == (1, N) and same(out, ref)
 
 
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_one_cache_per_call(flavour):
+    """A call through pointwise_dynamic is keyed once: the instantiated wrapper it runs
+    (which has a cache of its own, for callers that instantiate it) stands aside while
+    the outer cache counts, records or falls back."""
+    f = FNS[flavour].axpy
+    x = rand(4, 6)
+    with mock.patch.object(lc, "_key", wraps=lc._key) as key:
+        for _ in range(N + 1):  # counted, recorded, a hit
+            f(x, 2.0, x)
+    assert key.call_count == N + 1
+    inner = f.instantiate(2).launch_cache
+    assert (inner.hits, inner.misses, inner.seen, inner.plans) == (0, 0, {}, {})
+    assert f._launch_cache.hits == 1
+
+
 def _signature_pairs():
     """(name, call A, call B): B differs from A in exactly one key field."""
     x = rand(4, 6)

@@ -38,7 +38,9 @@ from pathlib import Path
 from copyfix.measure.launch_cost import _op_commit
 
 
-def measure(rounds: int = 6, cap: int = 16, progress=print) -> dict:
+def measure(
+    rounds: int = 6, cap: int = 16, progress=print, profile: bool = False
+) -> dict:
     from unittest import mock
 
     dry = bool(os.environ.get("COPYFIX_MISS_DRY"))  # the plumbing, in cpu mode
@@ -131,6 +133,45 @@ def measure(rounds: int = 6, cap: int = 16, progress=print) -> dict:
         out["one_signature"] = alternate(
             "one_signature", lambda r, on: [64] * 200, 2 * rounds
         )
+        # each call of a thrice-called signature timed alone (with a sync each): the
+        # recording call's cost against the same call uncached, per call index
+        by_index = {True: [[], [], []], False: [[], [], []]}
+        for r in range(2 * rounds):
+            for on in (True, False) if r % 2 == 0 else (False, True):
+                launch_cache.set_enabled(on)
+                for w in fresh(20):
+                    view(w)
+                    for i in range(3):
+                        sync()
+                        t0 = time.perf_counter()
+                        add(w)
+                        sync()
+                        by_index[on][i].append((time.perf_counter() - t0) * 1e6)
+                launch_cache.set_enabled(True)
+        out["by_call_index_us"] = {
+            "on": [round(statistics.median(v), 2) for v in by_index[True]],
+            "off": [round(statistics.median(v), 2) for v in by_index[False]],
+        }
+        progress(f"by call index {json.dumps(out['by_call_index_us'])}")
+        if profile:
+            import cProfile
+            import io
+            import pstats
+
+            prof, ws = cProfile.Profile(), fresh(200)
+            for w in ws:
+                view(w)
+                for _ in range(launch_cache.ADMIT_AFTER):
+                    add(w)
+            sync()
+            prof.enable()
+            for w in ws:
+                add(w)  # the recording call
+            sync()
+            prof.disable()
+            text = io.StringIO()
+            pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
+            progress("recording calls, cProfile:\n" + text.getvalue())
         # the cache's own work on a first sighting (key, remembering the signature),
         # around a call that launches nothing: the part of all_new's on column that
         # the cache adds
@@ -169,11 +210,15 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--cap", type=int, default=16)
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile of recording calls"
+    )
     args = parser.parse_args(argv)
     record = measure(
         args.rounds,
         args.cap,
         progress=lambda m: print(time.strftime("%T"), m, flush=True),
+        profile=args.profile,
     )
     record["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -141,6 +141,7 @@ def is_enabled() -> bool:
 
 class _Recording(threading.local):
     launches = None  # a list while this thread records a call's launches
+    through = False  # while a cache runs a call uncached: nested caches stand aside
 
 
 _recording = _Recording()
@@ -397,11 +398,14 @@ class LaunchCache:
             _CACHES.add(self)
 
     def __call__(self, fn: Callable, args: tuple, kwargs: dict, salt=()):
-        if not _ACTIVE or _recording.launches is not None:
-            return fn(*args, **kwargs)  # off, or inside a call being recorded
+        state = _recording
+        if not _ACTIVE or state.launches is not None or state.through:
+            # off, or inside a call that a cache records or runs uncached (the
+            # instantiated wrapper that pointwise_dynamic calls has a cache too)
+            return fn(*args, **kwargs)
         key = _key(args, kwargs, salt)
         if key is None:
-            return fn(*args, **kwargs)
+            return _uncached(fn, args, kwargs)
         plan = self.plans.get(key)
         if plan is not None:
             if plan is not _UNCACHEABLE:
@@ -410,10 +414,10 @@ class LaunchCache:
                     plan.used = True
                     self.hits += 1
                     return out
-            return fn(*args, **kwargs)
+            return _uncached(fn, args, kwargs)
         self.misses += 1
         if not self._admit(key):
-            return fn(*args, **kwargs)
+            return _uncached(fn, args, kwargs)
         launches = _recording.launches = []
         try:
             result = fn(*args, **kwargs)
@@ -450,6 +454,15 @@ class LaunchCache:
                     return False
             del seen[key]
             return True
+
+
+def _uncached(fn, args, kwargs):
+    state = _recording
+    state.through = True
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        state.through = False
 
 
 def cached(wrapper: Callable) -> Callable:
