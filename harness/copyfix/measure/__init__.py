@@ -5,4 +5,6 @@
 :mod:`.timing`       wall and device time per call (``Timer``), for these and ``copyfix.bench``
 :mod:`.launch_cost`  host µs per call, eager / before / after and the launch floor:
                      ``results/launch_cache_h200.json``
+:mod:`.miss_cost`    calls that do not hit (new signatures, a round robin over more
+                     than the cap), cache on vs off: ``results/launch_cache_misses_h200.json``
 """
