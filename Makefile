@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.copyfix-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv demo test test-checkout-base test-triton lint bench pr patch upstream-check upstream-discover upstream-ci upstream-later mutate clean
+.PHONY: venv demo test test-head test-checkout-base test-triton lint bench pr patch upstream-check upstream-discover upstream-ci upstream-later mutate clean
 
 venv: $(STAMP)
 
@@ -24,6 +24,11 @@ demo: venv
 
 test: venv
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
+
+# PR 1 on the head-like tree (upstream's later files in .upstream/later/, a FlagGems
+# main mirror: see tests/harness/test_head_integration.py); `make test` deselects these.
+test-head: venv
+	$(PY) -m pytest -q -ra -m head_tree tests/harness/test_head_integration.py
 
 # The PR tests over a base given as a FlagGems checkout (FLAGGEMS_BASE), in a copy of
 # this repository with its own .venv: CI's stand-in for FlagGems main (see
