@@ -10,10 +10,9 @@ torch and the composed ``flag_gems`` included, through ``.venv``'s site-packages
 1. ``import flag_gems`` under the cpu emulation, for the base alone (the composed
    package with every pre-image put back, ``compose.decompose``) and for the
    composition; both must import, as PR 3 must not change whether FlagGems imports;
-2. the tests of :func:`test_files`: where the launch cache is active (3.3-3.6),
-   PR 3's tests (PR and harness) and PR 1's, PR 2's and PR 4's PR tests; where it is
-   off (3.0-3.2), the tests of the off path (see docs/PR3.md for why PR 1/2/4's
-   tests are not run there).
+2. the tests of :func:`test_files`: PR 1's, PR 2's and PR 4's PR tests everywhere; where
+   the launch cache is active (3.3-3.6) PR 3's tests (PR and harness), where it is off
+   (3.0-3.2) the tests of the off path.
 """
 
 from __future__ import annotations
@@ -51,7 +50,7 @@ def cache_active(version: str) -> bool:
 def test_files(version: str) -> tuple[str, ...]:
     if cache_active(version):
         return PR_TESTS + CACHE_TESTS + OFF_TESTS
-    return OFF_TESTS
+    return PR_TESTS + OFF_TESTS
 
 
 def venv(version: str) -> Path:

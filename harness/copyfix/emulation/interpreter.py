@@ -436,6 +436,25 @@ def patch_triton_interpreter() -> None:
 
     interpreter.GridExecutor._init_args_hst = _init_args_hst
 
+    # --- triton 3.0-3.2 runtime/interpreter.py _patch_lang_tensor: a tensor's __bool__
+    # evaluates any one-element tensor (`bool(data) if data.size == 1 else True`), and
+    # 3.0-3.2's language/semantic.py store, load and atomics test a mask with `if not
+    # mask:`.  A one-lane block (a 1-wide tile: the kunlunxin codegen gives one to a
+    # 1-element tensor, over 12 programs) whose lane is masked off is then stored
+    # *unmasked*, out of bounds (the heap corrupts: `free(): invalid next size`), where
+    # compiled Triton (no such __bool__) and 3.3+ (`if mask is None:`) write nothing.
+    # Only scalars, which are no blocks, evaluate: what compiled Triton can branch on.
+    if _triton_version() < (3, 3):
+        stock_patch_lang_tensor = interpreter._patch_lang_tensor
+
+        def _patch_lang_tensor(tensor):
+            stock_patch_lang_tensor(tensor)
+            tensor.__bool__ = lambda self: (
+                True if self.type.is_block() else bool(self.handle.data)
+            )
+
+        interpreter._patch_lang_tensor = _patch_lang_tensor
+
     interpreter._copyfix_patched = True
 
 
