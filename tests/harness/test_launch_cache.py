@@ -605,12 +605,14 @@ def test_stats_and_clear_while_another_thread_makes_a_cache():
 @pytest.mark.parametrize(
     "version, convention",
     [
-        ("3.0.0+a48aedef", None),
-        ("3.2.0", None),
-        ("3.3.1", "CompiledKernel"),
-        ("3.4.0", "knobs"),
-        ("3.6.0", "knobs"),
-        ("3.6.0+xpu", "knobs"),
+        ("3.0.0", ("CompiledKernel", False)),
+        ("3.0.0+a48aedef", ("CompiledKernel", False)),
+        ("3.1.0", None),  # not proven: the cpu emulation does not start there
+        ("3.2.0", ("CompiledKernel", False)),
+        ("3.3.1", ("CompiledKernel", True)),
+        ("3.4.0", ("knobs", True)),
+        ("3.6.0", ("knobs", True)),
+        ("3.6.0+xpu", ("knobs", True)),
         ("2.3.1", None),
         ("3.7.0", None),
         ("unknown", None),
@@ -621,12 +623,10 @@ def test_launcher_convention_by_version(version, convention):
 
 
 def test_the_launcher_convention_is_this_tritons():
-    """Active exactly where the launcher's convention is the one the cache
-    implements: every parameter passed (the emulation's compiled-kernel stand-in
-    refuses any other argument list)."""
-    active = emulation.interpreter._triton_version() >= (3, 3)
-    assert lc._ABI_KNOWN == active and lc.is_enabled() == active
-    assert not active or emulation.interpreter.constexprs_in_launch()
+    """The cache launches as this Triton's JITFunction.run does (the emulation's
+    compiled-kernel stand-in refuses any other argument list)."""
+    assert lc._ABI_KNOWN and lc.is_enabled()
+    assert lc._CONSTEXPRS_PASSED == emulation.interpreter.constexprs_in_launch()
 
 
 def test_threads_share_plans_without_torn_entries():

@@ -1,6 +1,6 @@
 """PR 3's launch cache where it is off: on a Triton whose launcher it does not drive
-(3.0-3.2 and anything outside 3.3-3.6: the Triton matrix runs this file there), or
-switched off.  Every call then takes the uncached path: the same results, no plan,
+(anything outside 3.0-3.6), or switched off (the Triton matrix runs this file on
+every version).  Every call then takes the uncached path: the same results, no plan,
 no remembered signature, and ``set_enabled(True)`` cannot turn it on."""
 
 import pytest

@@ -36,7 +36,8 @@ empty.
 
 The compiled kernel is launched the way the installed Triton's own ``JITFunction.run``
 launches it; the cache is active on the versions whose convention it implements
-(3.3 to 3.6, see ``_launcher_convention``) and off, every call uncached, on others.
+(3.0 and 3.2 to 3.6, see ``_launcher_convention``) and off, every call uncached, on
+others.
 
 A full cache (``MAX_PLANS``) admits a new signature only by evicting a plan that had
 no hit since the eviction hand last passed it (a clock with one step per admission), so
@@ -69,36 +70,42 @@ ADMIT_AFTER = 2
 MAX_SEEN = 4 * MAX_PLANS
 
 
-def _launcher_convention(version: str):
-    """Where a Triton version keeps the launch hooks, or None where the cache is off.
+# The Triton versions the cache was proven on (the Triton matrix: make test-triton).
+# 3.1 is not among them: the cpu emulation does not start there.
+_PROVEN = {(3, 0), (3, 2), (3, 3), (3, 4), (3, 5), (3, 6)}
 
-    From 3.3 on, ``JITFunction.run`` launches a compiled kernel as ``run(gx, gy, gz,
-    stream, function, packed_metadata, launch_metadata, enter_hook, exit_hook,
-    *every_param_in_signature_order)``, constexprs included (each wheel's
-    runtime/jit.py, compiler/compiler.py).  The hooks are class attributes of
-    CompiledKernel on 3.3 and live in ``triton.knobs.runtime`` from 3.4 (None by
-    default on 3.4, an empty HookChain on 3.5 and 3.6).  3.0-3.2 pass only the
-    non-constexpr parameters; the cache stays off there (see docs/PR3.md), as on
-    any version it was not proven on."""
+
+def _launcher_convention(version: str):
+    """(where the launch hooks live, whether constexprs are passed) for a Triton
+    version, or None where the cache is off (any version not in ``_PROVEN``).
+
+    ``JITFunction.run`` launches a compiled kernel as ``run(gx, gy, gz, stream,
+    function, packed_metadata, launch_metadata, enter_hook, exit_hook, *params)``
+    (each wheel's runtime/jit.py and compiler/compiler.py): ``params`` are the
+    non-constexpr parameters on 3.0-3.2 and every parameter in signature order,
+    constexprs included, from 3.3 on.  The hooks are class attributes of
+    CompiledKernel up to 3.3 and live in ``triton.knobs.runtime`` from 3.4 (None by
+    default on 3.4, an empty HookChain on 3.5 and 3.6)."""
     match = re.match(r"(\d+)\.(\d+)", version)
     found = tuple(map(int, match.groups())) if match else None
-    if found is None or not (3, 3) <= found <= (3, 6):
+    if found not in _PROVEN:
         return None
-    return "knobs" if found >= (3, 4) else "CompiledKernel"
+    return ("knobs" if found >= (3, 4) else "CompiledKernel"), found >= (3, 3)
 
 
 _LAUNCHER = _launcher_convention(triton.__version__)
 _ABI_KNOWN = _LAUNCHER is not None
+_CONSTEXPRS_PASSED = bool(_LAUNCHER and _LAUNCHER[1])
 # where this Triton keeps the launch hooks (read at every launch), imported only on
 # the versions that have it
-if _LAUNCHER == "knobs":
+if _LAUNCHER and _LAUNCHER[0] == "knobs":
     from triton import knobs as _knobs
 
     def _hook_holder():
         return _knobs.runtime
 
     _HOOK_CHAIN = getattr(_knobs, "HookChain", None)
-elif _LAUNCHER == "CompiledKernel":
+elif _LAUNCHER:
     from triton.compiler.compiler import CompiledKernel as _CompiledKernel
 
     def _hook_holder():
@@ -174,7 +181,7 @@ def _record_launch(kernel, grid, args, kwargs, launched):
     compiled = launched[0] if libentry and type(launched) is tuple else launched
     if not all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata")):
         return None  # nothing compiled was launched (a compile hook, an interpreter)
-    values = []  # every parameter in signature order, as the launcher takes them
+    values = []  # the parameters the launcher takes, in signature order
     for num, name, default in _params(fn):
         if num < len(args):
             values.append(args[num])
@@ -194,9 +201,14 @@ _PARAMS = weakref.WeakKeyDictionary()  # JITFunction -> ((num, name, default), .
 
 
 def _params(fn):
+    """(num, name, default) of each parameter the launcher takes, in order."""
     params = _PARAMS.get(fn)
     if params is None:
-        params = _PARAMS[fn] = tuple((p.num, p.name, p.default) for p in fn.params)
+        params = _PARAMS[fn] = tuple(
+            (p.num, p.name, p.default)
+            for p in fn.params
+            if _CONSTEXPRS_PASSED or not p.is_constexpr
+        )
     return params
 
 
@@ -289,7 +301,7 @@ class _Plan:
             chain = _HOOK_CHAIN
             if (enter is None or (type(enter) is chain and not enter.calls)) and (
                 leave is None or (type(leave) is chain and not leave.calls)
-            ):  # no hook (3.3-3.4), or empty hook chains (3.5-3.6): nothing to call
+            ):  # no hook (3.0-3.4), or empty hook chains (3.5-3.6): nothing to call
                 meta = enter = leave = None
             else:
                 meta = self.kernel.launch_metadata(self.grid, stream, *values)
