@@ -34,21 +34,9 @@ CACHE_TESTS = ("tests/test_launch_cache.py", "tests/harness/test_launch_cache.py
 OFF_TESTS = ("tests/harness/test_launch_cache_off.py",)
 
 
-def cache_active(version: str) -> bool:
-    """Whether PR 3's cache drives this Triton's launcher (its own rule, read from
-    the file so that no Triton has to be imported here)."""
-    import re
-
-    source = (REPO / "src/flag_gems/utils/launch_cache.py").read_text()
-    namespace = {"re": re}
-    start = source.index("def _launcher_convention")
-    end = source.index("_LAUNCHER = ")
-    exec(source[start:end], namespace)  # noqa: S102 (our own file)
-    return namespace["_launcher_convention"](version) is not None
-
-
-def test_files(version: str) -> tuple[str, ...]:
-    return PR_TESTS + (CACHE_TESTS if cache_active(version) else ()) + OFF_TESTS
+def test_files(cache_active: bool) -> tuple[str, ...]:
+    """The test files for a Triton on which the composed cache is (not) active."""
+    return PR_TESTS + (CACHE_TESTS if cache_active else ()) + OFF_TESTS
 
 
 def venv(version: str) -> Path:
@@ -138,7 +126,8 @@ def main(argv=None) -> int:
     if not all(r.get("imported") for r in imports.values()):
         print(f"triton {version}: flag_gems does not import", file=sys.stderr)
         return 1
-    files = test_files(version)
+    # whether the cache drives this Triton: what the composed package said of itself
+    files = test_files(bool(imports["composed"].get("launch_cache")))
     cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     cmd += ["-n", os.environ.get("TRITON_MATRIX_JOBS", "2"), *files]
     print(f"triton {version}: " + " ".join(cmd[1:]), flush=True)
