@@ -17,7 +17,6 @@ rewrapped. A new PR is one `PR(...)` entry in `_prs()` and a PR text in that for
 
 import argparse
 import difflib
-import hashlib
 import re
 import shutil
 import subprocess
@@ -28,7 +27,7 @@ from pathlib import Path
 import tomllib
 import yaml
 
-from copyfix.compose import apply_patch
+from copyfix.compose import apply_patch, head_patch, sha256
 
 REPO = Path(__file__).resolve().parents[3]
 COPY_PY = "src/flag_gems/runtime/backend/_kunlunxin/ops/copy.py"
@@ -180,11 +179,14 @@ def _prs() -> dict:
 PRS = _prs()
 
 
+def _copyfix_table() -> dict:
+    """pyproject's [tool.copyfix]."""
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["copyfix"]
+
+
 def _preimage_table() -> dict:
     """pyproject's [tool.copyfix.preimages]: path -> the sha256s of its pre-images."""
-    return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["copyfix"][
-        "preimages"
-    ]
+    return _copyfix_table()["preimages"]
 
 
 def preimages(path: str = COPY_PY) -> list[str]:
@@ -194,47 +196,21 @@ def preimages(path: str = COPY_PY) -> list[str]:
 def head_preimages() -> dict:
     """pyproject's [tool.copyfix.head-preimages]: path -> the sha256s of the upstream
     head files that path's ``<path>.head.patch`` edits (copyfix.compose.head_patch)."""
-    return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["copyfix"].get(
-        "head-preimages", {}
-    )
+    return _copyfix_table().get("head-preimages", {})
 
 
-def _integration(target: Path, path: str, table: dict, head: dict) -> str:
-    """How PR file `path` goes into the tree file `target`: "new" (no base file),
-    "replace" (a fork pre-image: the overlay's whole file), "head-patch" (a head
-    pre-image: the overlay's ``.head.patch``), "copy" (no pre-image recorded: the
-    PR's own test/benchmark files); SystemExit for an unknown pre-image."""
-    if not target.is_file():
-        if path in table or path in head:
-            raise SystemExit(
-                f"{target.parent.parent} is not a FlagGems checkout (no {path})"
-            )
-        return "new"
-    if path not in table and path not in head:
-        return "copy"
-    found = hashlib.sha256(target.read_bytes()).hexdigest()
-    if found in table.get(path, ()):
-        return "replace"
-    if found in head.get(path, ()):
-        return "head-patch"
-    known = [*table.get(path, ()), *head.get(path, ())]
-    raise SystemExit(
-        f"refusing PR: {target} has sha256 {found}, not a known pre-image "
-        f"({', '.join(known)}); rebase the overlay on that checkout first"
-    )
-
-
-def check_preimage(tree: Path, pr: "PR") -> None:
+def check_preimage(tree: Path, pr: "PR", table=None) -> None:
     """Exit with a one-line reason unless `tree` holds a known pre-image of each base
     file pr replaces (its op file, and any other PR file with recorded pre-images)
-    and of every file it patches."""
-    table, head = _preimage_table(), head_preimages()
+    and of every file it patches.  ``table``: pyproject's [tool.copyfix], if read."""
+    table = table or _copyfix_table()
+    table, head = table["preimages"], table.get("head-preimages", {})
     replaced = [f for f in pr.files if f != pr.preimage_path and f in table]
     for path in dict.fromkeys([pr.preimage_path, *replaced, *pr.patched]):
         target = tree / path
         if not target.is_file():
             raise SystemExit(f"{tree} is not a FlagGems checkout (no {path})")
-        found = hashlib.sha256(target.read_bytes()).hexdigest()
+        found = sha256(target)
         if found not in table[path] and found not in head.get(path, ()):
             known = [*table[path], *head.get(path, ())]
             raise SystemExit(
@@ -246,13 +222,14 @@ def check_preimage(tree: Path, pr: "PR") -> None:
 def apply_pr(tree: Path, name: str) -> list[str]:
     """Write PR `name`'s files into the FlagGems tree `tree` (pre-image checked first)."""
     pr = PRS[name]
-    check_preimage(tree, pr)
-    table, head = _preimage_table(), head_preimages()
+    table = _copyfix_table()
+    check_preimage(tree, pr, table)
+    head = table.get("head-preimages", {})
     for rel in pr.files:
         dst = tree / rel
-        if _integration(dst, rel, table, head) == "head-patch":
+        if dst.is_file() and sha256(dst) in head.get(rel, ()):
             # upstream's head file (a head pre-image): the patch, not our whole file
-            patch = REPO / f"{rel}.head.patch"
+            patch = head_patch(REPO / rel)
             dst.write_text(apply_patch(dst.read_text(), patch.read_text(), str(patch)))
             continue
         dst.parent.mkdir(parents=True, exist_ok=True)
