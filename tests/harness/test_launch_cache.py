@@ -341,10 +341,7 @@ def test_current_device_and_stream_are_read_at_each_launch(flavour):
 def _enter_hook(hook):
     """A launch-enter hook where this Triton keeps it: a HookChain in knobs.runtime
     (3.5+), a plain attribute of knobs.runtime (3.4) or of CompiledKernel (3.0-3.3)."""
-    if emulation.interpreter._triton_version() >= (3, 4):
-        holder = triton.knobs.runtime
-    else:
-        from triton.compiler.compiler import CompiledKernel as holder
+    holder = emulation.interpreter.hook_holder()
     chain = holder.launch_enter_hook
     if hasattr(chain, "add"):
         chain.add(hook)

@@ -9,6 +9,7 @@ interpreter), its conversions are made to match compiled Triton's, and
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import os
 import sys
@@ -51,6 +52,7 @@ _GRID_LOCK = threading.RLock()
 # launcher: the argument count of the version's convention, the handles it was given,
 # and constexpr values equal to the ones it was "compiled" with (a compiled kernel
 # would silently use its baked values; this one refuses).
+@functools.cache
 def _triton_version() -> tuple[int, int]:
     import triton
 
@@ -63,15 +65,21 @@ def constexprs_in_launch() -> bool:
     return _triton_version() >= (3, 3)
 
 
-def launch_hooks():
-    """(enter, exit) launch hooks where this Triton keeps them."""
+def hook_holder():
+    """What holds this Triton's launch hooks (launch_enter_hook, launch_exit_hook)."""
     if _triton_version() >= (3, 4):
         from triton import knobs
 
-        runtime = knobs.runtime
-    else:
-        from triton.compiler.compiler import CompiledKernel as runtime
-    return runtime.launch_enter_hook, runtime.launch_exit_hook
+        return knobs.runtime
+    from triton.compiler.compiler import CompiledKernel
+
+    return CompiledKernel
+
+
+def launch_hooks():
+    """(enter, exit) launch hooks where this Triton keeps them."""
+    holder = hook_holder()
+    return holder.launch_enter_hook, holder.launch_exit_hook
 
 
 class InterpretedKernel:
