@@ -7,7 +7,7 @@
 #
 # Steps, in this order (budgeted against DEADLINE seconds, default 570; JOBS processes,
 # default 16; gc-main mostly reuses gc-5.0.2's compiled kernels):
-#   gc-5.0.2, gc-main  python -m copyfix.generic_conversions on the repo composed over the
+#   gc-5.0.2, gc-main  python -m copyfix.measure.generic_conversions on the repo composed over the
 #                      5.0.2 wheel (device_env.sh) and over main (.upstream/main/src):
 #                      before (pre-image) / after (overlay) over 15 dtypes x 3 layouts
 #   up-main, up-5.0.2  the PR test file dropped into a copy of the upstream checkout
@@ -58,7 +58,7 @@ MACHINE=$($PY -c "import torch, os; print((torch.cuda.get_device_name(0) if torc
 echo "=== device_pr2 $(date +%T) mode=$MODE machine=$MACHINE op_commit=$COPYFIX_OP_COMMIT"
 
 gc() {  # LABEL PYTHONPATH: the generic op before/after, merged into $GC_JSON
-  env PYTHONPATH="$2" timeout "$(left)" $PY -m copyfix.generic_conversions --mode $MODE \
+  env PYTHONPATH="$2" timeout "$(left)" $PY -m copyfix.measure.generic_conversions --mode $MODE \
     --out "$GC_JSON" --label "$1" --jobs "$JOBS" --machine "$MACHINE"
 }
 compose_main() {  # a copy of the repo composed over FlagGems main, in /tmp/pr2main

@@ -37,7 +37,7 @@ for step in "$@"; do
   echo "=== $step $(date +%T), $(left) s left"
   log=$LOGS/$step.log
   case $step in
-    probe) timeout "$(left)" python3 -m copyfix.probe_conversions --out "$OUT/conversions_h200.json" > "$log" 2>&1 ;;
+    probe) timeout "$(left)" python3 -m copyfix.measure.probe_conversions --out "$OUT/conversions_h200.json" > "$log" 2>&1 ;;
     suite) timeout "$(left)" $PYTEST > "$log" 2>&1 ;;
     bench) timeout "$(left)" python3 -m copyfix.bench $BENCH_ARGS > "$log" 2>&1; cp results/copy_perf_accuracy_h200.json "$OUT/" ;;
     main-suite) (main_env && timeout "$(left)" $PYTEST > "$log" 2>&1) ;;

@@ -8,7 +8,7 @@
 #
 # Steps, in this order (budgeted against DEADLINE seconds, default 570; JOBS processes,
 # default 16; the main steps mostly reuse the 5.0.2 steps' compiled kernels):
-#   tc-5.0.2, tc-main  python -m copyfix.generic_conversions --op to_copy (the generic
+#   tc-5.0.2, tc-main  python -m copyfix.measure.generic_conversions --op to_copy (the generic
 #                      ops/to.py: pre-image before, overlay after, 15 dtypes x 3 layouts)
 #                      on the repo composed over the 5.0.2 wheel (device_env.sh) and over
 #                      main (.upstream/main/src)
@@ -71,7 +71,7 @@ MACHINE=$($PY -c "import torch, os; print((torch.cuda.get_device_name(0) if torc
 echo "=== device_to_copy $(date +%T) mode=$MODE machine=$MACHINE to.py=$COPYFIX_TO_COPY_COMMIT kunlunxin to.py=$COPYFIX_KUNLUNXIN_TO_COPY_COMMIT"
 
 tc() {  # OP LABEL PYTHONPATH [--section S]: before/after of one op, merged into $TC_JSON
-  env PYTHONPATH="$3" timeout "$(left)" $PY -m copyfix.generic_conversions --mode $MODE \
+  env PYTHONPATH="$3" timeout "$(left)" $PY -m copyfix.measure.generic_conversions --mode $MODE \
     --op "$1" --out "$TC_JSON" --label "$2" --jobs "$JOBS" --machine "$MACHINE" "${@:4}"
 }
 compose_main() {  # a copy of the repo composed over FlagGems main, in /tmp/tc27main
@@ -120,6 +120,6 @@ print(json.dumps({
     "runs": {"before": "the checkout files; PR test cases of _to_copy (must fail)",
              "after": "PR 2 and PR 4 files copied in; the same cases (must pass)",
              "upstream-after": "upstream tests/test_to_copy.py with those files (must pass)"}}))')"
-$PY -m copyfix.generic_conversions --summary "$TC_JSON"
+$PY -m copyfix.measure.generic_conversions --summary "$TC_JSON"
 tar -czf "$OUT/to_copy_logs.tgz" -C $LOGS .
 echo "=== done $(date +%T), $SECONDS s"; ls -la "$OUT"

@@ -4,11 +4,11 @@
 every (src, dst) pair of the KunlunXIN Triton dtypes, through a store into a dst
 pointer (``implicit``), through ``.to(dst)`` (``explicit``) and through ``.to(float32)``
 stored into the dst pointer (``via_fp32``, torch's route into 16-bit floats), with torch's bits for
-the same values (``python -m copyfix.probe_conversions``, see that module).  Here the
+the same values (``python -m copyfix.measure.probe_conversions``, see that module).  Here the
 same kernels run on the active emulation (cpu mode: Triton's interpreter with the
 copyfix patches; cuda mode: compiled Triton again) and must give the recorded bits.
 
-Compared: every input whose conversion C defines (copyfix.probe_conversions.undefined
+Compared: every input whose conversion C defines (copyfix.measure.probe_conversions.undefined
 is the one exclusion rule), bit for bit, except NaN: a NaN result must be a NaN, its
 payload and sign are not compared (IEEE 754 leaves a converted NaN's payload to the
 implementation, and torch's own CPU paths disagree on it).
@@ -26,7 +26,7 @@ MODE = emulation.activate()  # before flag_gems (and any kernel) is defined
 
 import torch  # noqa: E402
 
-from copyfix import probe_conversions as probe  # noqa: E402
+from copyfix.measure import probe_conversions as probe  # noqa: E402
 
 pytestmark = pytest.mark.harness
 
@@ -100,7 +100,7 @@ def test_recorded_file_is_a_device_run_of_these_inputs():
     if not ACCEPT_PROVISIONAL:
         assert data["source"] == "device", (
             f"{RECORDED.name} is {data['source']!r}: put the H200 run there "
-            "(python -m copyfix.probe_conversions on the device)"
+            "(python -m copyfix.measure.probe_conversions on the device)"
         )
     if data["source"] == "device":
         assert data["mode"] == "compiled"

@@ -1,7 +1,7 @@
 """PR 2: the generic copy_ (flag_gems/ops/copy.py) converts every dtype pair as torch does.
 
 Calls the generic op directly (in this repository ``use_gems`` dispatches to the
-kunlunxin op), over every (src, dst) pair of copyfix.generic_conversions.DTYPES, three
+kunlunxin op), over every (src, dst) pair of copyfix.measure.generic_conversions.DTYPES, three
 layouts (contiguous, transpose, expand) and the edge values of each source dtype, and
 compares bit for bit with torch's copy_ on the same tensors (NaN by class; the float ->
 integer conversions C leaves undefined are not compared: see that module).  The
@@ -21,7 +21,7 @@ MODE = emulation.activate()  # before flag_gems (and any kernel) is defined
 
 import torch  # noqa: E402
 
-from copyfix import generic_conversions as gc  # noqa: E402
+from copyfix.measure import generic_conversions as gc  # noqa: E402
 
 pytestmark = pytest.mark.harness
 
@@ -135,7 +135,7 @@ def _ptx(path, plan, tmp_path):
     plan_file.write_text(json.dumps(plan))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(gc.REPO / "harness")
-    cmd = [sys.executable, "-m", "copyfix.generic_conversions", "--out", "-"]
+    cmd = [sys.executable, "-m", "copyfix.measure.generic_conversions", "--out", "-"]
     run = subprocess.run(
         [*cmd, "--ptx", str(path), str(plan_file)],
         env=env,

@@ -12,7 +12,7 @@ copy_'s conversion kernels) and the KunlunXIN ``_kunlunxin/ops/to.py`` (PR 4).
 * The generic op is dispatched for ``aten::_to_copy`` on the device's key (``use_gems``
   registers the KunlunXIN op here: the generic one is registered over it, alone or inside
   ``use_gems``), and checked over every dtype pair and layout of
-  copyfix.generic_conversions against torch's own ``Tensor.to``.
+  copyfix.measure.generic_conversions against torch's own ``Tensor.to``.
 """
 
 import contextlib
@@ -29,7 +29,7 @@ MODE = emulation.activate()  # before flag_gems (and any kernel) is defined
 import torch  # noqa: E402
 
 import flag_gems  # noqa: E402
-from copyfix import generic_conversions as gc  # noqa: E402
+from copyfix.measure import generic_conversions as gc  # noqa: E402
 
 pytestmark = pytest.mark.harness
 

@@ -1,4 +1,4 @@
-"""The kernel of :mod:`copyfix.probe_conversions` (harness only).
+"""The kernel of :mod:`copyfix.measure.probe_conversions` (harness only).
 
 A module of its own, imported on first use: Triton reads TRITON_INTERPRET when a
 kernel is decorated, so under the interpreter this module must be imported after

@@ -10,7 +10,7 @@ the overlay's ``flag_gems/ops/copy.py``.  Each result is compared with torch's
   (torch's own CPU and CUDA paths give different NaN bits);
 * a float -> integer conversion that C leaves undefined (NaN, +-inf, a truncation
   outside the destination's range) is not compared, as in
-  :func:`copyfix.probe_conversions.undefined`.  torch defines float -> uint8 through
+  :func:`copyfix.measure.probe_conversions.undefined`.  torch defines float -> uint8 through
   int64, so there only values outside int64 are undefined; float -> bool is defined.
 
 The op is called directly (``flag_gems.ops.copy.copy_``), not through ``use_gems``:
@@ -23,7 +23,7 @@ in this repository's emulation the dispatched op is the kunlunxin one.  Modes:
 ``cuda``  compiled Triton on an NVIDIA GPU, FlagGems' own NVIDIA backend
           (``GEMS_VENDOR=nvidia``), no emulation at all.
 
-    PYTHONPATH=harness python -m copyfix.generic_conversions --out results/generic_conversions_cpu.json
+    PYTHONPATH=harness python -m copyfix.measure.generic_conversions --out results/generic_conversions_cpu.json
 
 ``--label`` names the FlagGems base; a file that exists is merged into (one section per
 base, the summary sums them), so one file can hold 5.0.2 and main.
@@ -46,7 +46,7 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 OP_RELPATH = "ops/copy.py"
 # sha256 of the base files the overlay replaces (pyproject preimages), per op file
 PREIMAGES = {
@@ -152,7 +152,7 @@ def _f64(bits):
 def inputs(name: str) -> torch.Tensor:
     """Edge values of source dtype ``name`` (CPU): integer extremes, rounding ties of
     every narrower float, +-0, +-inf, NaN, subnormals, overflow thresholds."""
-    from copyfix import probe_conversions
+    from copyfix.measure import probe_conversions
 
     if name in probe_conversions.DTYPES:
         return probe_conversions.inputs(name)
@@ -614,7 +614,7 @@ def _start_jobs(args, mode: str, names: list[str]) -> list:
         cmd = [
             sys.executable,
             "-m",
-            "copyfix.generic_conversions",
+            "copyfix.measure.generic_conversions",
             "--out",
             str(args.out),
         ]
@@ -644,7 +644,7 @@ def print_summaries(path: Path) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="copyfix.generic_conversions", description=__doc__.split("\n")[0]
+        prog="copyfix.measure.generic_conversions", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "--out", type=Path, help="JSON file (merged into if it exists; required)"

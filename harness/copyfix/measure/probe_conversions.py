@@ -19,7 +19,7 @@ on a GPU also the GPU's), and the versions are written as JSON.  Two modes:
                  conversion patches are what is under test), CPU tensors.  Its JSON is
                  marked ``"source": "interpreter-provisional"``.
 
-    PYTHONPATH=harness python -m copyfix.probe_conversions --out conversions.json
+    PYTHONPATH=harness python -m copyfix.measure.probe_conversions --out conversions.json
 
 ``tests/harness/test_conversions.py`` runs :func:`probe` on the active emulation and
 compares it with the recorded device file.
@@ -312,7 +312,7 @@ def undefined(src_name: str, dst_name: str, variant: str = "explicit") -> list[i
 def _kernel():
     """The probe kernel.  Imported on first use: under the interpreter its module must
     be imported after TRITON_INTERPRET is set and the emulation patched Triton."""
-    from copyfix._probe_kernels import probe_kernel
+    from copyfix.measure._probe_kernels import probe_kernel
 
     return probe_kernel
 
