@@ -510,6 +510,44 @@ def test_one_off_signatures_are_only_remembered():
         assert len(f._launch_cache.seen) == 3  # bounded
 
 
+def test_recordings_that_are_never_hit_run_out_of_credit():
+    """Signatures called just past ADMIT_AFTER times each pay a recording and never a
+    hit: recording stops once the credit is spent, and hits earn it back."""
+    f = FNS["generic"].axpy
+    xs = [rand(n, 2, seed=n) for n in range(1, 7)]
+    want = [uncached(lambda a: f(a, 2.0, a), x)[0] for x in xs]
+    credit = mock.patch.multiple(lc, RECORD_CREDIT=2, MISSES_PER_RECORDING=10**6)
+    with credit, _recordings(f) as plan:
+        for x, w in zip(xs, want):
+            for _ in range(N):
+                assert same(f(x, 2.0, x), w)
+        assert plan.call_count == 2 and lc.stats()["recordings"] == 2
+        assert f._launch_cache.hits == 0
+        for _ in range(3):  # the first signature's plan: 3 hits, 3 more recordings
+            assert same(f(xs[0], 2.0, xs[0]), want[0])
+        assert f._launch_cache.hits == 3
+        for x, w in zip(xs[2:], want[2:]):  # each was seen N times: recorded now
+            assert same(f(x, 2.0, x), w)
+        assert plan.call_count == 2 + 3
+        assert same(f(xs[-1], 2.0, xs[-1]), want[-1])  # still seen, not recorded
+        assert plan.call_count == 5 and len(f._launch_cache.plans) == 5
+
+
+def test_without_hits_recording_goes_on_at_one_per_misses_per_recording():
+    """No credit and no hit (a burst of one-off signatures, say): recording does not
+    stop for good, it trickles at one per MISSES_PER_RECORDING misses."""
+    f = FNS["generic"].axpy
+    credit = mock.patch.multiple(lc, RECORD_CREDIT=0, MISSES_PER_RECORDING=4)
+    with credit, _recordings(f) as plan:
+        for n in range(1, 9):  # 8 signatures, N calls each
+            x = rand(n, 2, seed=n)
+            for _ in range(N):
+                f(x, 2.0, x)
+        misses = f._launch_cache.misses
+        assert misses == 8 * N and f._launch_cache.hits == 0
+        assert 4 <= plan.call_count <= misses // 4
+
+
 def test_a_round_robin_over_more_signatures_than_the_cap_keeps_its_plans():
     """FIFO would evict each plan just before its next call (0 hits, a recording per
     call); the clock keeps the plans it holds and records nothing in steady state."""

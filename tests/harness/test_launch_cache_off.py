@@ -70,4 +70,4 @@ def test_every_call_is_the_uncached_path(off, flavour):
         assert got.stride() == x.t().stride() or got.is_contiguous()
         assert torch.equal(got, x.t() * 0.5 + x.t())  # exact in fp32: x*0.5 + x
     assert not f._launch_cache.plans and not f._launch_cache.seen
-    assert lc.stats() == {"hits": 0, "misses": 0, "plans": 0}
+    assert lc.stats() == {"hits": 0, "misses": 0, "recordings": 0, "plans": 0}

@@ -99,6 +99,7 @@ def measure(
             "off_us_per_call": round(statistics.median(off), 2),
             "on_over_off": round(statistics.median(on) / statistics.median(off), 3),
             "hits_in_on_rounds": after["hits"] - before["hits"],
+            "recordings_in_on_rounds": after["recordings"] - before["recordings"],
         }
         progress(f"{name} {json.dumps(record)}")
         return record

@@ -21,7 +21,10 @@ and are only counted; the next runs the usual path too and records its single ke
 launch (the compiled kernel that launch returned); later calls of the same signature
 allocate the outputs and launch that compiled kernel with their own pointers and
 scalar values.  A signature called only a few times thus costs its key and nothing
-more.
+more.  A cache's recordings also stay within ``RECORD_CREDIT`` plus its hits plus one
+per ``MISSES_PER_RECORDING`` misses: where recorded plans are not hit (signatures
+called just past ``ADMIT_AFTER`` times), recording slows to a trickle that costs little
+next to the misses, and it speeds up again as plans are hit.
 
 The key holds everything that launch depends on: for each tensor its dtype, shape,
 strides, device and 16-byte pointer alignment; for each Python scalar its type (and,
@@ -64,10 +67,14 @@ from flag_gems.utils.tensor_wrapper import StridedBuffer
 # Plans kept per cache (one cache per pointwise function and per instantiated
 # wrapper); calls of a signature that run uncached before one is recorded (recording
 # costs more than a key: a signature called only that often never pays for it); and
-# signatures remembered meanwhile.
+# signatures remembered meanwhile; and the recordings a cache may make beyond its hits
+# (a hit saves more than a recording costs), plus one per so many misses (a recording
+# costs less than half an uncached call: a 32nd of it stays within 2% of the misses).
 MAX_PLANS = 256
 ADMIT_AFTER = 2
 MAX_SEEN = 4 * MAX_PLANS
+RECORD_CREDIT = 8
+MISSES_PER_RECORDING = 32
 
 
 # The Triton versions the cache was proven on (the Triton matrix: make test-triton).
@@ -378,12 +385,14 @@ def _caches() -> list:
 
 
 def stats() -> dict:
-    """Hits, misses (calls that found no plan) and plans held, over every cache.  The
-    counts are not locked: under threads they are approximate."""
+    """Hits, misses (calls that found no plan), recordings (misses that recorded) and
+    plans held, over every cache.  The hit counts are not locked: under threads they
+    are approximate."""
     caches = _caches()
     return {
         "hits": sum(c.hits for c in caches),
         "misses": sum(c.misses for c in caches),
+        "recordings": sum(c.recordings for c in caches),
         "plans": sum(len(c.plans) for c in caches),
     }
 
@@ -395,7 +404,7 @@ def clear() -> None:
         with cache.lock:
             cache.plans.clear()
             cache.seen.clear()
-            cache.hits = cache.misses = 0
+            cache.hits = cache.misses = cache.recordings = 0
 
 
 class LaunchCache:
@@ -405,7 +414,7 @@ class LaunchCache:
         self.plans = {}  # key -> _Plan or _UNCACHEABLE, oldest first
         self.seen = {}  # key -> uncached calls so far, oldest first
         self.lock = threading.Lock()
-        self.hits = self.misses = 0
+        self.hits = self.misses = self.recordings = 0
         with _CACHES_LOCK:
             _CACHES.add(self)
 
@@ -445,9 +454,10 @@ class LaunchCache:
 
     def _admit(self, key) -> bool:
         """Whether to record this call: a signature's call after ``ADMIT_AFTER``
-        uncached ones, and room for it (at most one held plan is examined: evicted if
-        it had no hit since the hand last passed it, else moved to the back and the
-        newcomer not admitted)."""
+        uncached ones, while the recordings stay within their credit (else it stays
+        uncached and is asked again at its next call), and room for it (at most one
+        held plan is examined: evicted if it had no hit since the hand last passed it,
+        else moved to the back and the newcomer not admitted)."""
         with self.lock:
             seen = self.seen
             calls = seen.get(key, 0)
@@ -455,6 +465,9 @@ class LaunchCache:
                 if not calls and len(seen) >= MAX_SEEN:
                     del seen[next(iter(seen))]
                 seen[key] = calls + 1
+                return False
+            credit = RECORD_CREDIT + self.hits + self.misses // MISSES_PER_RECORDING
+            if self.recordings >= credit:
                 return False
             plans = self.plans
             if len(plans) >= MAX_PLANS:
@@ -465,6 +478,7 @@ class LaunchCache:
                     plans[oldest] = victim  # a second chance, at the back
                     return False
             del seen[key]
+            self.recordings += 1
             return True
 
 
