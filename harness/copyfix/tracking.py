@@ -11,12 +11,14 @@ OP_KERNELS = (  # the op's pointwise_dynamic kernels (since 0b98bf2)
     "_copy_kernel",
     "copy_slice",
     "_to_bool_kernel",
-    "_int_to_bf16_kernel",
+    "_to_bf16_kernel",
     "_float_to_uint8_kernel",
     "_negate_kernel",
 )
-# ... and those of op 847c5a4, whose measurements bench can still repeat
+# ... and those of older ops (847c5a4, whose measurements bench can still repeat, and
+# the op before the toolchain model: _int_to_bf16_kernel)
 KERNELS = OP_KERNELS + (
+    "_int_to_bf16_kernel",
     "_copy_to_bool_kernel",
     "_copy_int_to_bf16_kernel",
     "_copy_via_int64_kernel",

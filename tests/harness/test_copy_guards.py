@@ -196,8 +196,10 @@ def expected_kernel(dst, src, snapshot=False):
     s, d = src.dtype, dst.dtype
     if d is torch.bool and s is not torch.bool:
         return "_to_bool_kernel"
-    if d is torch.bfloat16 and not (s.is_floating_point or s is torch.bool):
-        return "_int_to_bf16_kernel"
+    if d is torch.bfloat16 and (
+        s is torch.float16 or not (s.is_floating_point or s is torch.bool)
+    ):
+        return "_to_bf16_kernel"
     if d is torch.uint8 and s.is_floating_point:
         return "_float_to_uint8_kernel"
     dense = snapshot or src.expand(dst.shape).is_contiguous()
@@ -208,6 +210,10 @@ def expected_launches(dst, src, snapshot=False):
     """(kernel, rank) of every launch of a copy that runs in Triton, in order."""
     rank = dst.dim()
     launches = [("copy_slice", rank)] if snapshot else []
+    if src.dtype is torch.int32 and dst.dtype is torch.float16:  # through float32
+        launches.append(("copy_slice", rank))
+        snapshot = True  # (the float32 tensor is contiguous)
+        src = torch.empty(dst.shape, dtype=torch.float32)
     launches.append((expected_kernel(dst, src, snapshot), rank))
     if src.is_neg() != dst.is_neg():
         launches.append(("_negate_kernel", rank))

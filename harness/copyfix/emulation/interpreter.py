@@ -12,6 +12,7 @@ import contextlib
 import functools
 import inspect
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -20,7 +21,7 @@ import warnings
 from pathlib import Path
 from typing import Iterator
 
-from . import require
+from . import require, toolchain
 from .kunlunxin import KUNLUNXIN_COPY_MODULE, _check_copy_module, copy_module
 from .shims import strip_xpu_launch_options
 
@@ -124,7 +125,7 @@ class InterpretedKernel:
         args = self._all_args(args)
         if enter is not None:
             enter(meta)
-        with _GRID_LOCK:
+        with _GRID_LOCK, toolchain.launch():
             function.interpreted.run(*args, grid=(gx, gy, gz), warmup=False)
         if leave is not None:
             leave(meta)
@@ -211,7 +212,7 @@ def patch_triton_interpreter() -> None:
             if self._runs_hooks:
                 for hook in self.pre_run_hooks:
                     hook(*args, **kwargs)
-            with _GRID_LOCK:
+            with _GRID_LOCK, toolchain.launch():
                 self.interpreted.run(*args, grid=grid, warmup=warmup, **kwargs)
             return InterpretedKernel(self, self._constexprs(args, kwargs))
 
@@ -286,14 +287,35 @@ def patch_triton_interpreter() -> None:
     # of that very handle converts them directly.
     fold_key = "copyfix_int_to_fp32_origin"
 
+    # --- The KunlunXIN toolchain's conversion faults (copyfix.emulation.toolchain): each
+    # conversion is checked as compiled Triton emits it, after the fold above; a float16
+    # widened to float32 in the kernel still counts as float16 (Triton's semantic sends
+    # fp16 -> bf16 through float32).
+    # A literal of the kernel's source (`x != 0`) reaches the interpreter as a constant
+    # of the builder's (get_int32 & co.), which the interpreter then converts at run
+    # time; a compiler folds it into a constant of the other type, so its conversions
+    # are not checked.
+    fp16_key, constant_key = "copyfix_fp16_origin", "copyfix_constant"
+
     def cast_impl(self, src, dst_type):
         src_ty, dst_ty = src.dtype.scalar, dst_type.scalar
+        if src.attr.get(constant_key):
+            result = stock_cast_impl(self, src, dst_type)
+            result.attr[constant_key] = True
+            return result
         origin = src.attr.get(fold_key) if src_ty == tl.float32 else None
         if origin is not None and dst_ty in (tl.float16, tl.bfloat16):
             return cast_impl(self, origin, dst_type)
+        if src_ty == tl.float32 and src.attr.get(fp16_key):
+            toolchain.check(tl.float16, dst_ty)
+        toolchain.check(src_ty, dst_ty)
         if (src_ty.is_int() or src_ty.is_bool()) and dst_ty == tl.float32:
             result = stock_cast_impl(self, src, dst_type)
             result.attr[fold_key] = src
+            return result
+        if src_ty == tl.float16 and dst_ty == tl.float32:
+            result = stock_cast_impl(self, src, dst_type)
+            result.attr[fp16_key] = True
             return result
         if src_ty == tl.bfloat16 and dst_ty != tl.bfloat16:
             value = bf16_bits_to_float32(src.data)
@@ -318,6 +340,19 @@ def patch_triton_interpreter() -> None:
         return stock_cast_impl(self, src, dst_type)
 
     interpreter.InterpreterBuilder.cast_impl = cast_impl
+
+    def _constant(get):
+        def constant(self, value):
+            handle = get(self, value)
+            handle.attr[constant_key] = True
+            return handle
+
+        return constant
+
+    for name in dir(interpreter.InterpreterBuilder):
+        if re.fullmatch(r"get_(u?int\d+|fp\d+|bf16|null_value|all_ones_value)", name):
+            get = getattr(interpreter.InterpreterBuilder, name)
+            setattr(interpreter.InterpreterBuilder, name, _constant(get))
     for name in (
         "create_si_to_fp",
         "create_ui_to_fp",

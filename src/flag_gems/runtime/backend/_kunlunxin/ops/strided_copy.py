@@ -92,12 +92,15 @@ def _to_bool_kernel(src):
     return src != 0
 
 
-# torch converts an integer to bfloat16 through float32 (two roundings);
-# Triton rounds once. Round the float32 bits to nearest even by hand.
+# torch converts an integer or a float16 to bfloat16 through float32 (an integer
+# is rounded twice); Triton rounds an integer once, and the XPU toolchain cannot
+# compile int16/int32 -> bf16 or fp16 -> bf16. Round the float32 bits to nearest
+# even by hand (NaN: torch's 0x7FC0).
 @pointwise_dynamic(is_tensor=[True], promotion_methods=[(0, "DEFAULT")], config=config_)
 @triton.jit
-def _int_to_bf16_kernel(src):
-    bits = src.to(tl.float32).to(tl.uint32, bitcast=True)
+def _to_bf16_kernel(src):
+    x = src.to(tl.float32)
+    bits = tl.where(x != x, 0x7FC00000, x.to(tl.uint32, bitcast=True))
     bits += 0x7FFF + ((bits >> 16) & 1)
     return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
 
@@ -134,8 +137,8 @@ def _kernel_for(dst: torch.Tensor, src: torch.Tensor):
     if dst.dtype is torch.bool and src.dtype is not torch.bool:
         return _to_bool_kernel
     integer = not (src.is_floating_point() or src.dtype is torch.bool)
-    if dst.dtype is torch.bfloat16 and integer:
-        return _int_to_bf16_kernel
+    if dst.dtype is torch.bfloat16 and (integer or src.dtype is torch.float16):
+        return _to_bf16_kernel
     if dst.dtype is torch.uint8 and src.is_floating_point():
         return _float_to_uint8_kernel
     if dst.is_contiguous() and src.is_contiguous():
@@ -245,6 +248,12 @@ def copy_expanded(dst: torch.Tensor, src: torch.Tensor, negate: bool) -> torch.T
     bit differs from dst's."""
     if dst.numel() == 0:
         return dst
+    if src.dtype is torch.int32 and dst.dtype is torch.float16:
+        # The XPU toolchain cannot compile int32 -> fp16; torch converts through
+        # float32 too (exact below 2**24, and fp16 overflows above 65519).
+        wide = torch.empty(dst.shape, dtype=torch.float32, device=dst.device)
+        _launch(copy_slice, wide, src)
+        src = wide
     _launch(_kernel_for(dst, src), dst, src)
     if negate:
         _launch(_negate_kernel, dst, dst)

@@ -204,6 +204,13 @@ def to_copy(
 
     logger.debug("GEMS_KUNLUNXIN TO_COPY")
     out = _empty_out(x, dtype, memory_format)
+    if x.dtype == torch.int32 and dtype == torch.float16:
+        # The XPU toolchain cannot compile int32 -> fp16; torch converts through
+        # float32 too (exact below 2**24, and fp16 overflows above 65519).
+        wide = torch.empty_strided(
+            out.size(), out.stride(), dtype=torch.float32, device=out.device
+        )
+        x = _to_copy_func(x, out0=wide)
     kernel = _kernel_for(x.dtype, dtype)
     if out.element_size() != 8:
         return kernel(x, out0=out)
