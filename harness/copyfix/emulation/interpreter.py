@@ -349,10 +349,23 @@ def patch_triton_interpreter() -> None:
 
         return constant
 
+    def _keeps_constant(create):  # (3.0-3.2 broadcast a literal before converting it)
+        def keeps(self, *args):  # (3.6's create_splat takes the type first)
+            handle = create(self, *args)
+            if any(getattr(a, "attr", {}).get(constant_key) for a in args):
+                handle.attr[constant_key] = True
+            return handle
+
+        return keeps
+
     for name in dir(interpreter.InterpreterBuilder):
         if re.fullmatch(r"get_(u?int\d+|fp\d+|bf16|null_value|all_ones_value)", name):
             get = getattr(interpreter.InterpreterBuilder, name)
             setattr(interpreter.InterpreterBuilder, name, _constant(get))
+    for name in ("create_splat", "create_broadcast", "create_expand_dims"):
+        create = getattr(interpreter.InterpreterBuilder, name, None)
+        if create is not None:
+            setattr(interpreter.InterpreterBuilder, name, _keeps_constant(create))
     for name in (
         "create_si_to_fp",
         "create_ui_to_fp",

@@ -74,6 +74,29 @@ LATER_FILES = {
         "7e9fd963d19935ef5ea4543ab354362c5d119056",
         "6aada84c798766a5bb162fdc67ca2ad9af504dd565491b78e91c173851069b84",
     ),
+    # PR 2's and PR 4's files at their newest public versions (issue 32, item 6), which
+    # their ``.head.patch`` files edit
+    "ops_copy.py": (
+        "src/flag_gems/ops/copy.py",
+        "search tool read_file, repo flagos-ai/FlagGems, file id 66459022050 (the "
+        "version with the opt-in FLAG_GEMS_PPU_COPY_* paths; the index names no commit "
+        "for it, and no blob of the 2026-08-21 mirror's refs has its hash)",
+        "0fec011818c0cf005884617df1c6360a32f141c288bd2059d3f40ea241f433c6",
+    ),
+    "ops_to.py": (
+        "src/flag_gems/ops/to.py",
+        "search tool read_file, repo flagos-ai/FlagGems, file id 59986192789 (the "
+        "_can_use_triton / CANN 8.5 to_dtype version; no commit named, not in the "
+        "mirror)",
+        "ee5fb622baf922eafbeab8be426667fc943c055afc5488934f573ccbd640fb30",
+    ),
+    "kunlunxin_to_head.py": (
+        f"{KUNLUNXIN}/ops/to.py",
+        "search tool read_file, repo flagos-ai/FlagGems, file id 59458016069: commit "
+        "3dc44c0d0ce8ccdcecd58d3a38ed4b16666fa099 ('fix some ops', 2026-08-11), on the "
+        "fix_klx_op branch and several PR refs of the mirror, not on its master",
+        "cf99ee03868031aa0782581869adcba2de9fc65812092e876058d70bd6352719",
+    ),
 }
 VARIANTS = ("base", "later", "ours", "ours-on-head")
 HEAD_TREES = ("later", "ours-on-head")  # (trees holding upstream's head files)
