@@ -47,7 +47,7 @@ test-checkout-base: venv
 TRITON ?=
 test-triton: venv
 	@test -n "$(TRITON)" || { echo "usage: make test-triton TRITON=<version, e.g. 3.4.0>"; exit 2; }
-	$(PY) -m copyfix.triton_matrix $(TRITON)
+	$(PY) -m copyfix.triton_matrix $(TRITON) $(if $(TRITON_RECORD),--record $(TRITON_RECORD))
 
 lint: venv
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

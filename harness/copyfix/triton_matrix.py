@@ -13,15 +13,22 @@ torch and the composed ``flag_gems`` included, through ``.venv``'s site-packages
 2. the tests of :func:`test_files`: PR 1's, PR 2's and PR 4's PR tests and the tests of
    the cache's off path everywhere, and PR 3's tests (PR and harness) where the cache
    is active (every version it drives: 3.0-3.6).
+
+Each run writes its record, ``{triton, base_import, overlay_import, cache_active,
+passed, failed, skipped, reason}`` plus the op commit and the date, to
+``build/triton_matrix/<version>.json``; ``--record PATH`` (``make test-triton
+TRITON_RECORD=results/triton_matrix.json``) merges it into PATH, one record per version.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -118,20 +125,108 @@ def import_check(python: Path) -> dict:
     return results
 
 
+# The files whose last commit a record names as its op: PR 3 (the cache and its call
+# sites) and the ops whose PR tests the matrix runs.
+OP_FILES = (
+    "src/flag_gems/utils/launch_cache.py",
+    "src/flag_gems/utils/pointwise_dynamic.py.patch",
+    "src/flag_gems/runtime/backend/_kunlunxin/utils/pointwise_dynamic.py.patch",
+    "src/flag_gems/runtime/backend/_kunlunxin/ops",
+    "src/flag_gems/ops",
+)
+
+
+def _op_commit() -> str | None:
+    done = subprocess.run(
+        ["git", "log", "-1", "--format=%H", "--", *OP_FILES],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.strip() or os.environ.get("COPYFIX_OP_COMMIT") or None
+
+
+def _counts(junit: Path) -> dict:
+    """passed/failed/skipped of a pytest junit file (errors count as failed)."""
+    if not junit.is_file():
+        return {"passed": 0, "failed": 0, "skipped": 0}
+    suites = ET.parse(junit).getroot()
+    suites = [suites] if suites.tag == "testsuite" else list(suites)
+    total = {k: sum(int(x.get(k, 0)) for x in suites) for k in
+             ("tests", "failures", "errors", "skipped")}  # fmt: skip
+    failed = total["failures"] + total["errors"]
+    passed = total["tests"] - failed - total["skipped"]
+    return {"passed": passed, "failed": failed, "skipped": total["skipped"]}
+
+
+def record(version, imports, counts, reason) -> dict:
+    composed = imports.get("composed", {})
+    return {
+        "triton": version,
+        "base_import": bool(imports.get("base", {}).get("imported")),
+        "overlay_import": bool(composed.get("imported")),
+        "cache_active": bool(composed.get("launch_cache")),
+        **counts,
+        "reason": reason,
+        "op_commit": _op_commit(),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def _write(rec: dict, path: Path | None) -> None:
+    own = REPO / "build" / "triton_matrix" / f"{rec['triton']}.json"
+    own.parent.mkdir(parents=True, exist_ok=True)
+    own.write_text(json.dumps(rec, indent=1) + "\n")
+    if path is not None:
+        data = json.loads(path.read_text()) if path.is_file() else {}
+        runs = {r["triton"]: r for r in data.get("runs", [])}
+        runs[rec["triton"]] = rec
+        order = sorted(runs, key=lambda v: tuple(int(x) for x in v.split(".")))
+        data = {
+            "what": "the Triton matrix (make test-triton): the cpu emulation on each "
+            "Triton FlagGems' backends pin; the main run (make test) is 3.6.0",
+            "runs": [runs[v] for v in order],
+        }
+        path.write_text(json.dumps(data, indent=1) + "\n")
+
+
 def main(argv=None) -> int:
-    version = (argv or sys.argv[1:])[0]
+    args = list(argv or sys.argv[1:])
+    out = None
+    if "--record" in args:
+        at = args.index("--record")
+        out = Path(args[at + 1]).resolve()
+        del args[at : at + 2]
+    version = args[0]
     python = venv(version)
     imports = import_check(python)
     print(f"triton {version}: import flag_gems " + json.dumps(imports), flush=True)
     if not all(r.get("imported") for r in imports.values()):
         print(f"triton {version}: flag_gems does not import", file=sys.stderr)
+        errors = {
+            k: r.get("error") for k, r in imports.items() if not r.get("imported")
+        }
+        _write(record(version, imports, _counts(Path("/nonexistent")), errors), out)
         return 1
     # whether the cache drives this Triton: what the composed package said of itself
     files = test_files(bool(imports["composed"].get("launch_cache")))
-    cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    cmd += ["-n", os.environ.get("TRITON_MATRIX_JOBS", "2"), *files]
-    print(f"triton {version}: " + " ".join(cmd[1:]), flush=True)
-    return subprocess.run(cmd, cwd=REPO, env=_clean_env()).returncode
+    with tempfile.TemporaryDirectory(prefix="copyfix-matrix-") as tmp:
+        junit = Path(tmp) / "junit.xml"
+        cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        cmd += ["-n", os.environ.get("TRITON_MATRIX_JOBS", "2"), *files]
+        cmd += [f"--junitxml={junit}"]
+        print(f"triton {version}: " + " ".join(cmd[1:]), flush=True)
+        rc = subprocess.run(cmd, cwd=REPO, env=_clean_env()).returncode
+        counts = _counts(junit)
+    reason = None
+    if not files_cover_cache(files):
+        reason = "the cache is off on this Triton: its PR 3 tests are not run"
+    _write(record(version, imports, counts, reason), out)
+    return rc
+
+
+def files_cover_cache(files) -> bool:
+    return all(f in files for f in CACHE_TESTS)
 
 
 if __name__ == "__main__":
