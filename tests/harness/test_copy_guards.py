@@ -1972,3 +1972,31 @@ def test_copy_between_a_tensor_and_its_negated_view_is_not_a_noop(negated):
         gems_copy_(*views(x))
     assert paths.fallbacks == 0
     assert_bit_exact(x, ref, f"{negated} negated, same memory")
+
+
+def test_runs_flat_is_the_device_models_flat_loop():
+    """runs_flat (what the head integration leaves to native) says yes exactly where the
+    device model's native copy runs: one flat loop, every other layout faults."""
+    from copyfix.emulation import faults
+
+    runs_flat = strided_module().runs_flat
+    layouts = {
+        "contiguous": lambda: torch.empty(4, 6),
+        "transposed": lambda: torch.empty(6, 4).t(),
+        "step_slice": lambda: torch.empty(4, 12)[:, ::2],
+        "expanded": lambda: torch.empty(1, 6).expand(4, 6),
+        "permuted_3d": lambda: torch.empty(2, 3, 4).permute(2, 0, 1).reshape(4, 6),
+        "other_shape": lambda: torch.empty(6, 4),
+        "transposed_3d": lambda: torch.empty(6, 2, 2).permute(1, 2, 0).reshape(4, 6),
+    }
+    seen = set()
+    for d_name, make_dst in layouts.items():
+        for s_name, make_src in layouts.items():
+            dst, src = make_dst(), make_src()
+            want = faults.is_flat_loop(dst, src)
+            assert runs_flat(dst, src) == want, (d_name, s_name)
+            seen.add(want)
+    assert seen == {True, False}
+    # dense with equal strides, neither contiguous: flat
+    assert runs_flat(torch.empty(6, 4).t(), torch.empty(6, 4).t())
+    assert not runs_flat(torch.empty(6, 4).t(), torch.empty(4, 6))
