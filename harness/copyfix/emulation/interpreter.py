@@ -352,7 +352,8 @@ def patch_triton_interpreter() -> None:
     def _keeps_constant(create):  # (3.0-3.2 broadcast a literal before converting it)
         def keeps(self, *args):  # (3.6's create_splat takes the type first)
             handle = create(self, *args)
-            if any(getattr(a, "attr", {}).get(constant_key) for a in args):
+            handles = (a for a in args if isinstance(a, interpreter.TensorHandle))
+            if any(h.attr.get(constant_key) for h in handles):
                 handle.attr[constant_key] = True
             return handle
 
