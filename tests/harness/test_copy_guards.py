@@ -2000,3 +2000,11 @@ def test_runs_flat_is_the_device_models_flat_loop():
     # dense with equal strides, neither contiguous: flat
     assert runs_flat(torch.empty(6, 4).t(), torch.empty(6, 4).t())
     assert not runs_flat(torch.empty(6, 4).t(), torch.empty(4, 6))
+
+
+def test_indexable_asks_past_two_gib_of_storage():
+    """A storage past 2**31 - 1 bytes may hold elements int32 cannot index: the fast
+    bound stops there (a meta tensor: no memory)."""
+    indexable = strided_module()._indexable
+    assert indexable(torch.empty(2**31 - 1, dtype=torch.uint8, device="meta"))
+    assert not indexable(torch.empty(2**31 + 64, dtype=torch.uint8, device="meta"))
