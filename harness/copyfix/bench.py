@@ -116,17 +116,10 @@ def op_identity() -> dict:
     """Which copy.py was measured: its last commit (git here, or $COPYFIX_OP_COMMIT
     where the tree travelled without .git) and the sha256 of the file itself."""
     import hashlib
-    import os
-    import subprocess
 
-    commit = os.environ.get("COPYFIX_OP_COMMIT")
-    if not commit:
-        done = subprocess.run(
-            ["git", "-C", str(REPO), "log", "-1", "--format=%H", "--", COPY_PY],
-            capture_output=True,
-            text=True,
-        )
-        commit = done.stdout.strip() or None
+    from copyfix import provenance
+
+    commit = provenance.op_commit(COPY_PY)
     digest = hashlib.sha256((REPO / COPY_PY).read_bytes()).hexdigest()
     return {"op_commit": commit, "op_sha256": digest}
 

@@ -31,6 +31,8 @@ import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from copyfix import provenance
+
 REPO = Path(__file__).resolve().parents[2]
 PR_TESTS = (
     "tests/test_copy_ops.py",
@@ -136,20 +138,13 @@ OP_FILES = (
 )
 
 
-def _op_commit() -> str | None:
-    done = subprocess.run(
-        ["git", "log", "-1", "--format=%H", "--", *OP_FILES],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
-    return done.stdout.strip() or os.environ.get("COPYFIX_OP_COMMIT") or None
+NO_TESTS = {"passed": 0, "failed": 0, "skipped": 0}
 
 
 def _counts(junit: Path) -> dict:
     """passed/failed/skipped of a pytest junit file (errors count as failed)."""
     if not junit.is_file():
-        return {"passed": 0, "failed": 0, "skipped": 0}
+        return dict(NO_TESTS)
     suites = ET.parse(junit).getroot()
     suites = [suites] if suites.tag == "testsuite" else list(suites)
     total = {k: sum(int(x.get(k, 0)) for x in suites) for k in
@@ -168,7 +163,7 @@ def record(version, imports, counts, reason) -> dict:
         "cache_active": bool(composed.get("launch_cache")),
         **counts,
         "reason": reason,
-        "op_commit": _op_commit(),
+        "op_commit": provenance.op_commit(*OP_FILES),
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
 
@@ -206,10 +201,11 @@ def main(argv=None) -> int:
         errors = {
             k: r.get("error") for k, r in imports.items() if not r.get("imported")
         }
-        _write(record(version, imports, _counts(Path("/nonexistent")), errors), out)
+        _write(record(version, imports, dict(NO_TESTS), errors), out)
         return 1
     # whether the cache drives this Triton: what the composed package said of itself
-    files = test_files(bool(imports["composed"].get("launch_cache")))
+    cache_active = bool(imports["composed"].get("launch_cache"))
+    files = test_files(cache_active)
     with tempfile.TemporaryDirectory(prefix="copyfix-matrix-") as tmp:
         junit = Path(tmp) / "junit.xml"
         cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
@@ -218,15 +214,9 @@ def main(argv=None) -> int:
         print(f"triton {version}: " + " ".join(cmd[1:]), flush=True)
         rc = subprocess.run(cmd, cwd=REPO, env=_clean_env()).returncode
         counts = _counts(junit)
-    reason = None
-    if not files_cover_cache(files):
-        reason = "the cache is off on this Triton: its PR 3 tests are not run"
-    _write(record(version, imports, counts, reason), out)
+    off = "the cache is off on this Triton: its PR 3 tests are not run"
+    _write(record(version, imports, counts, None if cache_active else off), out)
     return rc
-
-
-def files_cover_cache(files) -> bool:
-    return all(f in files for f in CACHE_TESTS)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,8 @@ from pathlib import Path
 
 import torch
 
+from copyfix import provenance
+
 REPO = Path(__file__).resolve().parents[3]
 OP_RELPATH = "ops/copy.py"
 # sha256 of the base files the overlay replaces (pyproject preimages), per op file
@@ -521,17 +523,9 @@ OP_COMMIT_ENV = {
 
 def _op_commit(op: str = "copy_") -> str | None:
     """The last commit that changed the op's file (its OP_COMMIT_ENV variable first)."""
-    if os.environ.get(OP_COMMIT_ENV[op]):
-        return os.environ[OP_COMMIT_ENV[op]]
-    path = f"src/flag_gems/{OPS[op].relpath}"
-    try:
-        out = subprocess.run(
-            ["git", "log", "-1", "--format=%H", "--", path],
-            cwd=REPO, capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return out or None
+    return provenance.op_commit(
+        f"src/flag_gems/{OPS[op].relpath}", env=OP_COMMIT_ENV[op]
+    )
 
 
 def _versions(device) -> dict:

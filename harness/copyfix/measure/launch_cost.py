@@ -33,9 +33,10 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 from pathlib import Path
+
+from copyfix import provenance
 
 REPO = Path(__file__).resolve().parents[3]
 SIDE = 64
@@ -54,16 +55,7 @@ def _op_commit() -> str | None:
         "src/flag_gems/runtime/backend/_kunlunxin/ops/copy.py.head.patch",
         "src/flag_gems/runtime/backend/_kunlunxin/ops/strided_copy.py",
     ]
-    if os.environ.get("COPYFIX_OP_COMMIT"):
-        return os.environ["COPYFIX_OP_COMMIT"]
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(REPO), "log", "-1", "--format=%H", "--", *paths],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        return out.stdout.strip() or None
-    except (OSError, subprocess.CalledProcessError):
-        return None
+    return provenance.op_commit(*paths)
 
 
 def _nvidia_cases(torch, device):

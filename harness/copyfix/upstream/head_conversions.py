@@ -18,9 +18,10 @@ import datetime as _dt
 import hashlib
 import importlib
 import json
-import subprocess
 import tempfile
 from pathlib import Path
+
+from copyfix import provenance
 
 REPO = Path(__file__).resolve().parents[3]
 LATER = REPO / ".upstream" / "later"
@@ -123,16 +124,6 @@ def _errors(pairs: dict, which: str) -> dict:
     return found
 
 
-def _op_commit() -> str | None:
-    done = subprocess.run(
-        ["git", "log", "-1", "--format=%H", "--", *PATCHES.values()],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
-    return done.stdout.strip() or None
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="copyfix.upstream.head_conversions")
     parser.add_argument("--out", type=Path, required=True)
@@ -151,7 +142,7 @@ def main(argv=None) -> int:
         "mode": "cpu (Triton interpreter, copyfix cpu emulation, toolchain model on)",
         "machine": f"{platform.machine()}, CPU only",
         "versions": {"torch": torch.__version__, "triton": triton.__version__},
-        "op_commit": _op_commit(),
+        "op_commit": provenance.op_commit(*PATCHES.values(), env=None),
         "shims": {
             **{k: {"old": o, "new": n} for k, (o, n) in SHIMS.items()},
             "torch": TORCH_SHIM,
