@@ -1174,14 +1174,19 @@ def test_copy_internal_overlap_is_checked_for_a_non_empty_destination_only(
     monkeypatch,
 ):
     # at::has_internal_overlap calls an empty tensor dense; FlagGems' helper does
-    # too, so copy_'s "non-empty" guard is pinned with a helper that says Yes
+    # too, and torch calls it contiguous, which copy_ asks first: pinned with a
+    # helper that says Yes, an empty (also a permuted empty) dst still copies, a
+    # non-contiguous one raises
     mod, op = strided_module(), copy_module()
     monkeypatch.setattr(mod, "has_internal_overlapping", lambda t: mod.MemOverlap.Yes)
-    empty = torch.empty(0, 3, device=DEVICE)
-    with track_paths() as paths:
-        assert op.copy_(empty, torch.ones(3, device=DEVICE)) is empty
-    assert paths.launches == [] and paths.fallbacks == 0
-    dst = torch.zeros(2, 3, device=DEVICE)
+    for empty in (
+        torch.empty(0, 3, device=DEVICE),
+        torch.empty(3, 0, device=DEVICE).t(),
+    ):
+        with track_paths() as paths:
+            assert op.copy_(empty, torch.ones(3, device=DEVICE)) is empty
+        assert paths.launches == [] and paths.fallbacks == 0
+    dst = torch.zeros(3, 2, device=DEVICE).t()
     with pytest.raises(RuntimeError, match="more than one element of the written-to"):
         op.copy_(dst, torch.ones(3, device=DEVICE))
     assert bool((dst.cpu() == 0).all())

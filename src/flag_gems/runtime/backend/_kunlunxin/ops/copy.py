@@ -20,8 +20,7 @@ import torch
 from .strided_copy import (  # (copy_slice: contiguous.py imports it from here)
     copy_slice,
     copy_template,
-    fallback_reason,
-    strided_copy_,
+    triton_copy_,
     wrapped_number,
 )
 
@@ -45,38 +44,13 @@ def copy(
 def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
     if not isinstance(src, torch.Tensor):
         src = wrapped_number(src, dst)
-
-    # this is the same as PyTorch's check
-    if dst._is_zerotensor():
-        raise RuntimeError(
-            "ZeroTensors are immutable. Please materialize the tensor using "
-            "`.clone()`, if you want a mutable zero tensor."
-        )
-    if src._is_zerotensor():
-        return dst.zero_()
-
     if dst.layout != torch.strided or src.layout != torch.strided:
         # (direct calls only: dispatch picks the layout's kernel before this one)
         return torch.ops.aten.copy_.default(dst, src, non_blocking)
-
-    aliases = torch._C._is_alias_of(dst, src)
-    if aliases and (
-        dst.storage_offset() == src.storage_offset()
-        and dst.stride() == src.stride()
-        and dst.size() == src.size()
-        and dst.dtype == src.dtype
-        and dst.device == src.device
-        and dst.is_conj() == src.is_conj()
-        and dst.is_neg() == src.is_neg()
-    ):
-        return dst
-
-    reason = fallback_reason(dst, src)
-    if reason is not None:
-        logger.debug("GEMS_KUNLUNXIN COPY_ falls back to aten: %s", reason)
+    logger.debug("GEMS_KUNLUNXIN COPY_")
+    out = triton_copy_(dst, src)
+    if out is None:  # (Triton lacks the dtype or device: strided_copy.fallback_reason)
         return torch.ops.aten.copy_.default.redispatch(
             _FALLBACK_KEYSET, dst, src, non_blocking
         )
-
-    logger.debug("GEMS_KUNLUNXIN COPY_")
-    return strided_copy_(dst, src, aliases)
+    return out

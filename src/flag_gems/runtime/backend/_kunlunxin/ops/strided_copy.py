@@ -21,6 +21,7 @@ keeps torch's semantics: its errors before anything is written, conversions as
 torch makes them, negated views, aliasing views read whole before the write.
 """
 
+import logging
 from typing import Optional
 
 import torch
@@ -36,6 +37,8 @@ from flag_gems.utils.shape_utils import (
 
 from ..utils.codegen_config_utils import CodeGenConfig
 from ..utils.pointwise_dynamic import pointwise_dynamic
+
+logger = logging.getLogger(__name__)
 
 _FALLBACK_KEYSET = torch._C.DispatchKeySet(
     torch._C.DispatchKey.CompositeExplicitAutograd
@@ -134,6 +137,9 @@ def _negate_kernel(src):
 
 
 def _kernel_for(dst: torch.Tensor, src: torch.Tensor):
+    if dst.dtype is src.dtype:
+        both = dst.is_contiguous() and src.is_contiguous()
+        return _copy_kernel if both else copy_slice
     if dst.dtype is torch.bool and src.dtype is not torch.bool:
         return _to_bool_kernel
     integer = not (src.is_floating_point() or src.dtype is torch.bool)
@@ -148,23 +154,20 @@ def _kernel_for(dst: torch.Tensor, src: torch.Tensor):
 
 def fallback_reason(dst: torch.Tensor, src: torch.Tensor) -> Optional[str]:
     """Why Triton on KunlunXIN cannot run this copy; None when it can."""
+    if dst.dtype not in _TRITON_DTYPES or src.dtype not in _TRITON_DTYPES:
+        if dst.is_quantized or src.is_quantized:
+            return "quantized tensor"
+        return f"dtype {src.dtype} -> {dst.dtype}"
     if dst.device != src.device or dst.is_meta:
         return "cross-device or meta copy"
-    if dst.is_quantized or src.is_quantized:
-        return "quantized tensor"
-    if dst.dtype not in _TRITON_DTYPES or src.dtype not in _TRITON_DTYPES:
-        return f"dtype {src.dtype} -> {dst.dtype}"
     if dst.dtype is torch.bool and src.is_neg() != dst.is_neg():
         return "negation into bool (aten raises for it)"
     return None
 
 
 def runs_flat(dst: torch.Tensor, src: torch.Tensor) -> bool:
-    """Whether the native copy runs this one: as a single flat loop (same shape,
-    both contiguous, or both dense with the same strides), or with a kernel of
-    another layout (sparse: never strided)."""
-    if dst.layout != torch.strided or src.layout != torch.strided:
-        return True
+    """Whether the native copy runs this copy of two strided tensors: as one flat
+    loop (same shape; both contiguous, or both dense with the same strides)."""
     if dst.shape != src.shape:
         return False
     if dst.is_contiguous() and src.is_contiguous():
@@ -221,7 +224,8 @@ def expand_checked(
     """src broadcast to dst's shape, after torch's errors in TensorIterator's
     order (internal overlap, partial overlap, broadcast), before any write. An
     aliasing src that must be read whole first comes back as a snapshot."""
-    if dst.numel() and has_internal_overlapping(dst) == MemOverlap.Yes:
+    # (an empty tensor is contiguous: no element, no overlap, as in torch)
+    if not dst.is_contiguous() and has_internal_overlapping(dst) == MemOverlap.Yes:
         raise RuntimeError(
             "unsupported operation: more than one element of the written-to tensor "
             "refers to a single memory location. Please clone() the tensor before "
@@ -263,6 +267,36 @@ def copy_expanded(dst: torch.Tensor, src: torch.Tensor, negate: bool) -> torch.T
 def strided_copy_(dst: torch.Tensor, src: torch.Tensor, aliases: bool = False):
     """dst.copy_(src) in Triton, for a pair fallback_reason accepts (strided
     layouts, not zero tensors, not the exact no-op of src being dst)."""
+    expanded = expand_checked(dst, src, aliases)
+    return copy_expanded(dst, expanded, src.is_neg() != dst.is_neg())
+
+
+def triton_copy_(dst: torch.Tensor, src: torch.Tensor) -> Optional[torch.Tensor]:
+    """dst.copy_(src) for two strided tensors, torch's errors first; None, with
+    nothing done, when Triton on KunlunXIN cannot run it (fallback_reason): the
+    caller's native fallback takes it then."""
+    if dst._is_zerotensor():  # (torch's check)
+        raise RuntimeError(
+            "ZeroTensors are immutable. Please materialize the tensor using "
+            "`.clone()`, if you want a mutable zero tensor."
+        )
+    if src._is_zerotensor():
+        return dst.zero_()
+    aliases = torch._C._is_alias_of(dst, src)
+    if aliases and (
+        dst.storage_offset() == src.storage_offset()
+        and dst.stride() == src.stride()
+        and dst.size() == src.size()
+        and dst.dtype == src.dtype
+        and dst.device == src.device
+        and dst.is_conj() == src.is_conj()
+        and dst.is_neg() == src.is_neg()
+    ):
+        return dst  # (src is dst: torch returns before any check)
+    reason = fallback_reason(dst, src)
+    if reason is not None:
+        logger.debug("GEMS_KUNLUNXIN COPY_ falls back to aten: %s", reason)
+        return None
     expanded = expand_checked(dst, src, aliases)
     return copy_expanded(dst, expanded, src.is_neg() != dst.is_neg())
 
