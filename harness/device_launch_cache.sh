@@ -16,6 +16,11 @@
 #              the base) on a copy of .upstream/<base> with PR 3 applied (make pr's files),
 #              stock NVIDIA backend, `pytest -n 16 --quick`: counts in $OUT/launch_cache_upstream.json
 #   suite      this repo's suite in cuda mode (kunlunxin emulation), 5.0.2 base
+#   bd, bd-head
+#              python -m copyfix.measure.breakdown (cuda emulation), contiguous and transposed,
+#              into $OUT/launch_breakdown_h200.json as fork-<layout> (the fork's copy.py over
+#              5.0.2), or after cost-head as head-<layout> (the head-like tree)
+# LC_ARGS and MC_ARGS: extra arguments of launch_cost and miss_cost (e.g. --rounds 15).
 # DEADLINE (seconds, default 560) budgets all steps.
 set -u
 cd "$(dirname "$0")/.."
@@ -38,7 +43,13 @@ for step in "$@"; do
       COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m copyfix.measure.launch_cost kunlunxin-emulated \
         --out "$OUT/launch_cache_h200.json" ${LC_ARGS:-} >> "$log" 2>&1 ;;
     misses)
-      timeout "$(left)" python3 -m copyfix.measure.miss_cost --out "$OUT/launch_cache_misses_h200.json" > "$log" 2>&1 ;;
+      timeout "$(left)" python3 -m copyfix.measure.miss_cost --out "$OUT/launch_cache_misses_h200.json" ${MC_ARGS:-} > "$log" 2>&1 ;;
+    bd|bd-head)
+      name=fork; [ $step = bd-head ] && name=head
+      for layout in contiguous transposed; do
+        COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m copyfix.measure.breakdown --layout $layout \
+          --label $name-$layout --out "$OUT/launch_breakdown_h200.json" ${BD_ARGS:-} >> "$log" 2>&1
+      done ;;
     cost-head)
       tree=/tmp/fghead && rm -rf $tree && mkdir -p $tree && cp -r .upstream/main/src $tree/
       PYTHONPATH=harness python3 -m copyfix.upstream.later --head-tree $tree > "$log" 2>&1

@@ -1,8 +1,9 @@
 """Where a KunlunXIN ``copy_`` hit spends its host time, layer by layer (cuda emulation).
 
-    COPYFIX_EMULATION=cuda python -m copyfix.measure.breakdown [--out F.json]
+    COPYFIX_EMULATION=cuda python -m copyfix.measure.breakdown [--layout L] [--label N] [--out F.json]
 
-One process, one 64x64 fp32 contiguous copy, every column in the same alternating
+One process, one 64x64 fp32 copy (``--layout``: contiguous, or transposed: a source
+``x.t()`` made once), every column in the same alternating
 rounds (``Timer.host_us_interleaved``), each one layer thinner than the one before:
 
 * ``aten``: ``dst.copy_(src)`` without FlagGems;
@@ -31,7 +32,7 @@ from pathlib import Path
 SIDE = 64
 
 
-def measure(rounds: int, calls: int) -> dict:
+def measure(rounds: int, calls: int, layout: str = "contiguous") -> dict:
     from copyfix import emulation
 
     mode = emulation.activate()
@@ -47,6 +48,8 @@ def measure(rounds: int, calls: int) -> dict:
     timer = Timer(torch, on_device)
     src = torch.randn(SIDE, SIDE, device=device)
     dst = torch.empty_like(src)
+    if layout == "transposed":
+        src = src.t()
     gems = lambda: flag_gems.use_gems(include=["copy_"])  # noqa: E731
     with gems():
         dst.copy_(src)
@@ -69,6 +72,7 @@ def measure(rounds: int, calls: int) -> dict:
     columns = {
         "aten": (null, lambda: dst.copy_(src)),
         "dispatched": (gems, lambda: dst.copy_(src)),
+        "dispatched_all": (flag_gems.use_gems, lambda: dst.copy_(src)),
         "op": (null, lambda: kx.copy_(dst, src)),
         "wrapper": (null, lambda: wrapper(src, out0=dst)),
         "plan": (null, lambda: plan.run((src,), {"out0": dst})),
@@ -85,6 +89,7 @@ def measure(rounds: int, calls: int) -> dict:
     assert wrapper.launch_cache.hits > before  # the wrapper column hit the cache
     assert torch.equal(dst, src)
     return {
+        "layout": layout,
         "mode": mode,
         "device": torch.cuda.get_device_name() if on_device else "cpu",
         "torch": torch.__version__,
@@ -101,11 +106,17 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path)
     p.add_argument("--rounds", type=int, default=25)
     p.add_argument("--calls", type=int, default=300)
+    p.add_argument("--layout", choices=("contiguous", "transposed"), default="contiguous")
+    p.add_argument("--label", help="merge into --out under this key")
     args = p.parse_args(argv)
-    result = measure(args.rounds, args.calls)
+    result = measure(args.rounds, args.calls, args.layout)
     text = json.dumps(result, indent=1)
     print(text)
-    if args.out:
+    if args.out and args.label:
+        data = json.loads(args.out.read_text()) if args.out.is_file() else {}
+        data[args.label] = result
+        args.out.write_text(json.dumps(data, indent=1) + "\n")
+    elif args.out:
         args.out.write_text(text + "\n")
     return 0
 
