@@ -54,6 +54,7 @@ import tempfile
 from pathlib import Path
 from unittest import mock
 
+from copyfix import provenance
 from copyfix.upstream import ci as upstream_ci
 
 REPO = upstream_ci.REPO
@@ -422,7 +423,10 @@ def main(argv=None) -> int:
         "machine": upstream_ci.upstream_check._machine(),
         "mode": args.mode,
         "checkout_copy_py_sha256": _sha256(checkout / export.COPY_PY),
-        "op_commit": upstream_ci.github_sha(),  # (ours: this repository's HEAD)
+        # $COPYFIX_OP_COMMIT first: a copied tree's git HEAD is not what it runs
+        "op_commit": provenance.op_commit(
+            export.COPY_PY, export.STRIDED_COPY_PY, f"{export.COPY_PY}.head.patch"
+        ),
         "op_sha256": _sha256(REPO / export.COPY_PY),
         "op_files_sha256": {
             rel: _sha256(REPO / rel)
