@@ -2013,3 +2013,5 @@ def test_indexable_asks_past_two_gib_of_storage():
     indexable = strided_module()._indexable
     assert indexable(torch.empty(2**31 - 1, dtype=torch.uint8, device="meta"))
     assert not indexable(torch.empty(2**31 + 64, dtype=torch.uint8, device="meta"))
+    # the first byte past the bound: element 2**31 of a uint8 view is past int32
+    assert not indexable(torch.empty(2**31 + 1, dtype=torch.uint8, device="meta"))
