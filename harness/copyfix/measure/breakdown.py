@@ -106,7 +106,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path)
     p.add_argument("--rounds", type=int, default=25)
     p.add_argument("--calls", type=int, default=300)
-    p.add_argument("--layout", choices=("contiguous", "transposed"), default="contiguous")
+    p.add_argument(
+        "--layout", choices=("contiguous", "transposed"), default="contiguous"
+    )
     p.add_argument("--label", help="merge into --out under this key")
     args = p.parse_args(argv)
     result = measure(args.rounds, args.calls, args.layout)

@@ -264,13 +264,6 @@ def copy_expanded(dst: torch.Tensor, src: torch.Tensor, negate: bool) -> torch.T
     return dst
 
 
-def strided_copy_(dst: torch.Tensor, src: torch.Tensor, aliases: bool = False):
-    """dst.copy_(src) in Triton, for a pair fallback_reason accepts (strided
-    layouts, not zero tensors, not the exact no-op of src being dst)."""
-    expanded = expand_checked(dst, src, aliases)
-    return copy_expanded(dst, expanded, src.is_neg() != dst.is_neg())
-
-
 def triton_copy_(dst: torch.Tensor, src: torch.Tensor) -> Optional[torch.Tensor]:
     """dst.copy_(src) for two strided tensors, torch's errors first; None, with
     nothing done, when Triton on KunlunXIN cannot run it (fallback_reason): the
@@ -313,9 +306,7 @@ def copy_template(template: torch.Tensor) -> torch.Tensor:
     if overlap == MemOverlap.TooHard or template.numel() < numel:
         # (only elements that src does not overwrite need the clone)
         whole = template.as_strided((numel,), (1,), 0)
-        if fallback_reason(out, whole) is None:
-            strided_copy_(out, whole)
-        else:  # (a flat copy: the native one runs it)
+        if triton_copy_(out, whole) is None:  # (a flat copy: the native one runs it)
             torch.ops.aten.copy_.default.redispatch(_FALLBACK_KEYSET, out, whole)
     offset = template.storage_offset() if numel else 0  # (aten: empty_strided)
     return out.as_strided(template.size(), template.stride(), offset)
