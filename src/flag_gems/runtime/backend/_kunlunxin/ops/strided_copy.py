@@ -137,16 +137,14 @@ def _negate_kernel(src):
 
 
 def _kernel_for(dst: torch.Tensor, src: torch.Tensor):
-    if dst.dtype is src.dtype:
-        both = dst.is_contiguous() and src.is_contiguous()
-        return _copy_kernel if both else copy_slice
-    if dst.dtype is torch.bool and src.dtype is not torch.bool:
-        return _to_bool_kernel
-    integer = not (src.is_floating_point() or src.dtype is torch.bool)
-    if dst.dtype is torch.bfloat16 and (integer or src.dtype is torch.float16):
-        return _to_bf16_kernel
-    if dst.dtype is torch.uint8 and src.is_floating_point():
-        return _float_to_uint8_kernel
+    if dst.dtype is not src.dtype:  # (a copy of one dtype needs none of these)
+        if dst.dtype is torch.bool:
+            return _to_bool_kernel
+        integer = not (src.is_floating_point() or src.dtype is torch.bool)
+        if dst.dtype is torch.bfloat16 and (integer or src.dtype is torch.float16):
+            return _to_bf16_kernel
+        if dst.dtype is torch.uint8 and src.is_floating_point():
+            return _float_to_uint8_kernel
     if dst.is_contiguous() and src.is_contiguous():
         return _copy_kernel
     return copy_slice
