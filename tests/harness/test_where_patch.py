@@ -1,4 +1,6 @@
-"""PR 3's patch to ops/where.py: equal shapes are their own broadcast.
+"""PR 3's patch to ops/where.py: equal shapes are their own broadcast, the output is
+allocated by ``torch.empty_strided`` with ``torch.empty``'s strides, one lambda instead of
+a map and a filter.
 
 ``torch.broadcast_shapes`` is Python code that cost more than the cached launch it
 preceded (issue 25).  The patched ``where_self_out`` skips it when condition, self and
@@ -65,6 +67,8 @@ CASES = {
     ),
     "zero-dim": lambda: (_t() > 0, _t(seed=1), _t(seed=2)),
     "empty": lambda: (_t(0, 3) > 0, _t(0, 3, seed=1), _t(0, 3, seed=2)),
+    "empty-inner": lambda: (_t(3, 0, 2) > 0, _t(3, 0, 2, seed=1), _t(3, 0, 2, seed=2)),
+    "size-one": lambda: (_t(1, 4, 1) > 0, _t(1, 4, 1, seed=1), _t(1, 4, 1, seed=2)),
 }
 
 
@@ -72,10 +76,14 @@ CASES = {
 def test_patched_where_is_the_base_s_and_torch_s(modules, case):
     cond, a, b = CASES[case]()
     ref = torch.where(cond, a, b)
+    strides = {}
     for name, m in modules.items():
         got = m.where_self_out(cond.to(DEV), a.to(DEV), b.to(DEV))
         assert got.dtype == ref.dtype and got.shape == ref.shape, name
         assert torch.equal(got.cpu(), ref), name
+        strides[name] = got.stride()
+    # the patch allocates through empty_strided: torch.empty's strides, as the base
+    assert strides["patched"] == strides["base"] == ref.contiguous().stride()
 
 
 def test_given_out_is_written_as_before(modules):

@@ -47,6 +47,7 @@ no hit since the eviction hand last passed it (a clock with one step per admissi
 a round robin over more signatures than the cap keeps the plans it holds.
 """
 
+import collections
 import functools
 import hashlib
 import inspect
@@ -154,11 +155,14 @@ def is_enabled() -> bool:
 
 
 class _Recording(threading.local):
-    launches = None  # a list while this thread records a call's launches
-    through = False  # while a cache runs a call uncached: nested caches stand aside
+    # a list while this thread records a call's launches; _THROUGH while a cache runs
+    # a call uncached (one attribute: a hit reads it once).  Nested caches stand aside
+    # while it is not None.
+    launches = None
 
 
 _recording = _Recording()
+_THROUGH = ()  # (not a list: recorded_launch records nothing then)
 
 
 def recorded_launch(kernel, grid):
@@ -167,7 +171,7 @@ def recorded_launch(kernel, grid):
     The generated wrappers launch through this.  The record is the compiled kernel the
     launch itself returned (LibEntry returns it with its constexprs)."""
     launches = _recording.launches
-    if launches is None:
+    if type(launches) is not list:
         return kernel[grid]
 
     def launch(*args, **kwargs):
@@ -411,16 +415,18 @@ class LaunchCache:
     """Plans by call signature for one function (see the module docstring)."""
 
     def __init__(self):
-        self.plans = {}  # key -> _Plan or _UNCACHEABLE, oldest first
-        self.seen = {}  # key -> uncached calls so far, oldest first
+        # oldest first: key -> _Plan or _UNCACHEABLE, and key -> uncached calls so far
+        # (OrderedDicts: on a dict, next(iter(d)) walks past the slots that deletions
+        # at its front left, about 1 us at MAX_SEEN keys; popitem(last=False) does not)
+        self.plans = collections.OrderedDict()
+        self.seen = collections.OrderedDict()
         self.lock = threading.Lock()
         self.hits = self.misses = self.recordings = 0
         with _CACHES_LOCK:
             _CACHES.add(self)
 
     def __call__(self, fn: Callable, args: tuple, kwargs: dict, salt=()):
-        state = _recording
-        if not _ACTIVE or state.launches is not None or state.through:
+        if not _ACTIVE or _recording.launches is not None:
             # off, or inside a call that a cache records or runs uncached (the
             # instantiated wrapper that pointwise_dynamic calls has a cache too)
             return fn(*args, **kwargs)
@@ -448,7 +454,7 @@ class LaunchCache:
         with self.lock:
             plans = self.plans
             while len(plans) >= MAX_PLANS and key not in plans:  # admitted meanwhile
-                del plans[next(iter(plans))]
+                plans.popitem(last=False)
             plans[key] = _UNCACHEABLE if plan is None else plan
         return result
 
@@ -463,7 +469,7 @@ class LaunchCache:
             calls = seen.get(key, 0)
             if calls < ADMIT_AFTER:
                 if not calls and len(seen) >= MAX_SEEN:
-                    del seen[next(iter(seen))]
+                    seen.popitem(last=False)
                 seen[key] = calls + 1
                 return False
             credit = RECORD_CREDIT + self.hits + self.misses // MISSES_PER_RECORDING
@@ -471,8 +477,7 @@ class LaunchCache:
                 return False
             plans = self.plans
             if len(plans) >= MAX_PLANS:
-                oldest = next(iter(plans))
-                victim = plans.pop(oldest)
+                oldest, victim = plans.popitem(last=False)
                 if victim is not _UNCACHEABLE and victim.used:
                     victim.used = False
                     plans[oldest] = victim  # a second chance, at the back
@@ -484,11 +489,11 @@ class LaunchCache:
 
 def _uncached(fn, args, kwargs):
     state = _recording
-    state.through = True
+    state.launches = _THROUGH
     try:
         return fn(*args, **kwargs)
     finally:
-        state.through = False
+        state.launches = None
 
 
 def cached(wrapper: Callable) -> Callable:
