@@ -5,7 +5,8 @@
 #   cost       python -m copyfix.measure.launch_cost nvidia, then kunlunxin-emulated (cuda
 #              emulation), into $OUT/launch_cache_h200.json (one run, one machine start)
 #   misses     python -m copyfix.measure.miss_cost (calls that do not hit, cache on vs off,
-#              stock NVIDIA backend) into $OUT/launch_cache_misses_h200.json
+#              stock NVIDIA backend) into $OUT/launch_cache_misses_h200.json, and its
+#              `misses` section into $OUT/launch_cache_h200.json (run it after cost)
 #   cost-head  the same kunlunxin-emulated measurement on PR 1's head integration: .upstream/main
 #              made head-like (upstream's tle_copy-era files from .upstream/later/, carried, sha256
 #              checked; the named adaptation), composed (the composer applies copy.py.head.patch),
@@ -43,7 +44,8 @@ for step in "$@"; do
       COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m copyfix.measure.launch_cost kunlunxin-emulated \
         --out "$OUT/launch_cache_h200.json" ${LC_ARGS:-} >> "$log" 2>&1 ;;
     misses)
-      timeout "$(left)" python3 -m copyfix.measure.miss_cost --out "$OUT/launch_cache_misses_h200.json" ${MC_ARGS:-} > "$log" 2>&1 ;;
+      timeout "$(left)" python3 -m copyfix.measure.miss_cost --out "$OUT/launch_cache_misses_h200.json" \
+        --section-into "$OUT/launch_cache_h200.json" ${MC_ARGS:-} > "$log" 2>&1 ;;
     bd|bd-head)
       name=fork; [ $step = bd-head ] && name=head
       for layout in contiguous transposed; do

@@ -328,6 +328,28 @@ def summarize(ops: list) -> dict:
     return out
 
 
+def bounds(data: dict) -> dict:
+    """The issues' bounds, each True or False, on what ``data`` holds (a bound whose
+    figures are missing is left out): issue 31's NVIDIA median and maximum and its
+    misses, issue 32's each KunlunXIN copy_ of each integration."""
+    s, out = data.get("summary", {}), {}
+    if "nvidia" in s:
+        out["nvidia median after/eager <= 2.3 (issue 31)"] = (
+            s["nvidia"]["median_after_over_eager"] <= 2.3
+        )
+        out["nvidia each after/eager <= 3.5 (issue 31)"] = (
+            s["nvidia"]["max_after_over_eager"] <= 3.5
+        )
+    for name in KUNLUNXIN_BACKENDS:
+        if name in s:
+            out[f"{name} each after/aten <= 2.5 (issue 32)"] = (
+                s[name]["max_after_over_aten"] <= 2.5
+            )
+    for name, m in data.get("misses", {}).items():
+        out[f"misses {name} cached/uncached <= 1.10 (issue 31)"] = m["ratio"] <= 1.10
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="copyfix.measure.launch_cost")
     parser.add_argument("backend", choices=["nvidia", *KUNLUNXIN_BACKENDS])
@@ -345,6 +367,7 @@ def main(argv=None) -> int:
     data["ops"] = keep + records
     data.setdefault("runs", {})[args.backend] = run
     data["summary"] = summarize(data["ops"])
+    data["bounds"] = bounds(data)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, indent=1) + "\n")
     print(json.dumps(data["summary"], indent=1))

@@ -206,6 +206,27 @@ def measure(
     }
 
 
+def misses_section(record: dict) -> dict:
+    """Issue 31's ``misses`` section of ``launch_cache_h200.json`` from a record of
+    :func:`measure` (same process): ``all_new`` (every call a first sighting),
+    ``cyclic_over_cap`` (the round robin over more signatures than the cap) and
+    ``first_call`` (the first call of a signature, timed alone with a sync each), each
+    ``cached_us`` (cache on) against ``uncached_us`` (off) and their ratio."""
+    w = record["workloads"]
+    pairs = {
+        "all_new": (w["all_new"]["on_us_per_call"], w["all_new"]["off_us_per_call"]),
+        "cyclic_over_cap": (
+            w["round_robin"]["on_us_per_call"],
+            w["round_robin"]["off_us_per_call"],
+        ),
+        "first_call": (w["by_call_index_us"]["on"][0], w["by_call_index_us"]["off"][0]),
+    }
+    return {
+        name: {"cached_us": on, "uncached_us": off, "ratio": round(on / off, 3)}
+        for name, (on, off) in pairs.items()
+    }
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="copyfix.measure.miss_cost")
     parser.add_argument("--out", type=Path, required=True)
@@ -213,6 +234,11 @@ def main(argv=None) -> int:
     parser.add_argument("--cap", type=int, default=16)
     parser.add_argument(
         "--profile", action="store_true", help="cProfile of recording calls"
+    )
+    parser.add_argument(
+        "--section-into",
+        type=Path,
+        help="also write misses_section() as 'misses' into this JSON (launch_cost's)",
     )
     args = parser.parse_args(argv)
     record = measure(
@@ -224,6 +250,19 @@ def main(argv=None) -> int:
     record["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")
+    if args.section_into:
+        into = args.section_into
+        data = json.loads(into.read_text()) if into.is_file() else {}
+        data["misses"] = misses_section(record)
+        data["misses_note"] = (
+            f"{Path(args.out).name} of the same machine start ({record['date']}, op "
+            f"{record['op_commit']}): cache on (cached_us) vs off (uncached_us), "
+            "alternating rounds; bound: each ratio <= 1.10"
+        )
+        from copyfix.measure.launch_cost import bounds
+
+        data["bounds"] = bounds(data)
+        into.write_text(json.dumps(data, indent=1) + "\n")
     return 0
 
 
