@@ -548,6 +548,29 @@ def test_without_hits_recording_goes_on_at_one_per_misses_per_recording():
         assert 4 <= plan.call_count <= misses // 4
 
 
+def test_a_run_of_one_off_signatures_banks_no_recordings():
+    """Misses fill the credit only up to RECORD_CREDIT: after 100 one-off signatures,
+    signatures recorded and never hit still record at the trickle, not in a burst
+    paid by the earlier misses (the H200's thrice_each: 53 recordings in 252 calls)."""
+    f = FNS["generic"].axpy
+    credit = mock.patch.multiple(lc, RECORD_CREDIT=1, MISSES_PER_RECORDING=8)
+    with credit, _recordings(f) as plan:
+        for n in range(1, 101):
+            x = rand(n, 3, seed=n)
+            assert same(f(x, 2.0, x), uncached(lambda a: f(a, 2.0, a), x)[0])
+        assert plan.call_count == 0 and f._launch_cache.misses == 100
+        for n in range(1, 9):  # 8 signatures, N calls each, never called again
+            x = rand(n, 5, seed=n)
+            want = uncached(lambda a: f(a, 2.0, a), x)[0]
+            for _ in range(N):
+                assert same(f(x, 2.0, x), want)
+        late = 8 * N  # the misses since the one-off run
+        assert f._launch_cache.hits == 0 and f._launch_cache.misses == 100 + late
+        # the credit's start (one) plus the trickle of the late misses; a credit that
+        # banked the one-off run's misses would have recorded all 8
+        assert 1 <= plan.call_count <= 1 + late // 8 < 8
+
+
 def test_a_round_robin_over_more_signatures_than_the_cap_keeps_its_plans():
     """FIFO would evict each plan just before its next call (0 hits, a recording per
     call); the clock keeps the plans it holds and records nothing in steady state."""

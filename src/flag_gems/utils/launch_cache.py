@@ -21,10 +21,11 @@ and are only counted; the next runs the usual path too and records its single ke
 launch (the compiled kernel that launch returned); later calls of the same signature
 allocate the outputs and launch that compiled kernel with their own pointers and
 scalar values.  A signature called only a few times thus costs its key and nothing
-more.  A cache's recordings also stay within ``RECORD_CREDIT`` plus its hits plus one
-per ``MISSES_PER_RECORDING`` misses: where recorded plans are not hit (signatures
-called just past ``ADMIT_AFTER`` times), recording slows to a trickle that costs little
-next to the misses, and it speeds up again as plans are hit.
+more.  A cache's recordings are paid from a credit: ``RECORD_CREDIT`` to start, one
+per hit, one per ``MISSES_PER_RECORDING`` misses, misses filling it only up to
+``RECORD_CREDIT``: where recorded plans are not hit (signatures called just past
+``ADMIT_AFTER`` times), recording slows to a trickle that costs little next to the
+misses, even after a long run of misses, and it speeds up again as plans are hit.
 
 The key holds everything that launch depends on: for each tensor its dtype, shape,
 strides, device and 16-byte pointer alignment; for each Python scalar its type (and,
@@ -409,6 +410,7 @@ def clear() -> None:
             cache.plans.clear()
             cache.seen.clear()
             cache.hits = cache.misses = cache.recordings = 0
+            cache.credit, cache._hits_at, cache._misses_at = None, 0, 0
 
 
 class LaunchCache:
@@ -422,6 +424,9 @@ class LaunchCache:
         self.seen = collections.OrderedDict()
         self.lock = threading.Lock()
         self.hits = self.misses = self.recordings = 0
+        # what _credit() last found (None: not asked since the cache was made or
+        # cleared), and the counts it had seen then
+        self.credit, self._hits_at, self._misses_at = None, 0, 0
         with _CACHES_LOCK:
             _CACHES.add(self)
 
@@ -472,8 +477,7 @@ class LaunchCache:
                     seen.popitem(last=False)
                 seen[key] = calls + 1
                 return False
-            credit = RECORD_CREDIT + self.hits + self.misses // MISSES_PER_RECORDING
-            if self.recordings >= credit:
+            if self._credit() < MISSES_PER_RECORDING:
                 return False
             plans = self.plans
             if len(plans) >= MAX_PLANS:
@@ -484,7 +488,26 @@ class LaunchCache:
                     return False
             del seen[key]
             self.recordings += 1
+            self.credit -= MISSES_PER_RECORDING
             return True
+
+    def _credit(self) -> int:
+        """The recordings this cache may still make, in misses (under its lock).
+
+        It starts at ``RECORD_CREDIT`` recordings; each hit since the last ask adds
+        one recording, each miss a ``MISSES_PER_RECORDING``-th of one, but misses fill
+        it only up to ``RECORD_CREDIT`` (at least one) recordings: a run of one-off
+        signatures does not bank recordings for a later run of signatures recorded
+        and never hit (it would spend them all in a burst)."""
+        per = MISSES_PER_RECORDING
+        credit = RECORD_CREDIT * per if self.credit is None else self.credit
+        credit += (self.hits - self._hits_at) * per
+        cap = max(RECORD_CREDIT, 1) * per
+        if credit < cap:
+            credit = min(credit + self.misses - self._misses_at, cap)
+        self._hits_at, self._misses_at = self.hits, self.misses
+        self.credit = credit
+        return credit
 
 
 def _uncached(fn, args, kwargs):
