@@ -42,6 +42,8 @@ from pathlib import Path
 
 import tomllib
 
+from copyfix.provenance import op_commit
+
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "mutation" / "config.toml"
 EQUIVALENT = REPO / "mutation" / "equivalent.toml"
@@ -611,6 +613,9 @@ def collect(mode: str) -> dict:
         "tool": "cosmic-ray " + _version("cosmic-ray"),
         "mode": mode,
         "target": cfg["target"],
+        # the target's last commit and content as reported (the session mutated them)
+        "op_commit": op_commit(cfg["target"]),
+        "target_sha256": hashlib.sha256(source.encode()).hexdigest(),
         "tests": cfg["tests"],
         "scope": meta.get("scope"),
         "fuzz_examples": cfg["fuzz_examples"],
