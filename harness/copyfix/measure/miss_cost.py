@@ -35,7 +35,7 @@ import statistics
 import time
 from pathlib import Path
 
-from copyfix.measure.launch_cost import _op_commit
+from copyfix.measure.launch_cost import _op_commit, bounds
 
 
 def measure(
@@ -259,8 +259,6 @@ def main(argv=None) -> int:
             f"{record['op_commit']}): cache on (cached_us) vs off (uncached_us), "
             "alternating rounds; bound: each ratio <= 1.10"
         )
-        from copyfix.measure.launch_cost import bounds
-
         data["bounds"] = bounds(data)
         into.write_text(json.dumps(data, indent=1) + "\n")
     return 0

@@ -409,8 +409,7 @@ def clear() -> None:
         with cache.lock:
             cache.plans.clear()
             cache.seen.clear()
-            cache.hits = cache.misses = cache.recordings = 0
-            cache.credit, cache._hits_at, cache._misses_at = None, 0, 0
+            cache._reset_counts()
 
 
 class LaunchCache:
@@ -423,12 +422,15 @@ class LaunchCache:
         self.plans = collections.OrderedDict()
         self.seen = collections.OrderedDict()
         self.lock = threading.Lock()
+        self._reset_counts()
+        with _CACHES_LOCK:
+            _CACHES.add(self)
+
+    def _reset_counts(self) -> None:
         self.hits = self.misses = self.recordings = 0
         # what _credit() last found (None: not asked since the cache was made or
         # cleared), and the counts it had seen then
         self.credit, self._hits_at, self._misses_at = None, 0, 0
-        with _CACHES_LOCK:
-            _CACHES.add(self)
 
     def __call__(self, fn: Callable, args: tuple, kwargs: dict, salt=()):
         if not _ACTIVE or _recording.launches is not None:
