@@ -6,7 +6,8 @@ need triton-xpu's tile language (absent from stock Triton, and from triton-xpu 3
 upstream #6470). :func:`standin` keeps every one of those decisions, the file's own
 code, and replaces only what needs TLE:
 
-* ``tle_dma_available()`` answers True (as on a KL3 with TLE);
+* ``tle_dma_available()`` answers True (as on a KL3 with TLE), in tle_copy.py and
+  wherever copy.py imported it;
 * the three launch sites (``_tile_launch``, ``_trans_launch``, and
   ``_tle_dsa_row_copy_kernel[grid](...)``) write ``src`` into ``dst`` on the host
   instead (numpy over the tensors' memory, with their strides; a conversion is
@@ -26,6 +27,7 @@ import sys
 from unittest import mock
 
 TLE_MODULE = "_kunlunxin.utils.tle_copy"
+COPY_MODULE = "_kunlunxin.ops.copy"
 
 
 def _np(t):
@@ -85,6 +87,12 @@ def standin():
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.object(tle, "tle_dma_available", lambda: True))
+        # (PR 1's head patch asks it from copy.py too, under the name it imported)
+        copy_py = sys.modules.get(COPY_MODULE)
+        if getattr(copy_py, "tle_dma_available", None) is not None:
+            stack.enter_context(
+                mock.patch.object(copy_py, "tle_dma_available", lambda: True)
+            )
         stack.enter_context(mock.patch.object(tle, "_tile_launch", tile_launch))
         stack.enter_context(mock.patch.object(tle, "_trans_launch", trans_launch))
         stack.enter_context(

@@ -231,15 +231,8 @@ def _int_class(v: int):
 
 
 def _describe(arg):
-    """The part of one argument a launch depends on; raises TypeError if unknown."""
+    """The part of one non-tensor argument a launch depends on (TypeError if unknown)."""
     t = type(arg)
-    if t is _TENSOR or t is _PARAMETER:
-        # stride() raises for sparse and other non-strided layouts; named tensors
-        # (torch < 2.13) stay uncached: the uncached path's empty_like keeps names
-        if _HAS_NAMES and arg.has_names():
-            raise TypeError("named tensor")
-        aligned = arg.data_ptr() % 16 == 0
-        return arg.dtype, arg.shape, arg.stride(), arg.get_device(), aligned
     if t is float or t is bool or arg is None:
         return t
     if t is int:
@@ -248,13 +241,29 @@ def _describe(arg):
 
 
 def _key(args, kwargs, salt):
+    """(salt, one part per argument, positional then keyword, and the keywords' names
+    if any), or None for a call that cannot be keyed.  A tensor's part is inline (the
+    hit path's one call per tensor saved): dtype, shape, strides, device and 16-byte
+    alignment; stride() raises for sparse and other non-strided layouts; named tensors
+    (torch < 2.13) stay uncached: the uncached path's empty_like keeps names."""
+    parts = [salt]
     try:
-        if kwargs:
-            named = tuple(map(_describe, kwargs.values()))
-            return salt, tuple(map(_describe, args)), tuple(kwargs), named
-        return salt, tuple(map(_describe, args))
+        for arg in (*args, *kwargs.values()) if kwargs else args:
+            t = type(arg)
+            if t is _TENSOR or t is _PARAMETER:
+                if _HAS_NAMES and arg.has_names():
+                    return None
+                aligned = arg.data_ptr() % 16 == 0
+                parts.append(
+                    (arg.dtype, arg.shape, arg.stride(), arg.get_device(), aligned)
+                )
+            else:
+                parts.append(_describe(arg))
     except (TypeError, RuntimeError, NotImplementedError):
         return None
+    if kwargs:
+        parts.append(tuple(kwargs))
+    return tuple(parts)
 
 
 class _Plan:
