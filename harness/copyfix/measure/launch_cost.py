@@ -434,9 +434,34 @@ def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> li
                 else "."
             )
         )
+    head = s.get("kunlunxin-emulated-head")
+    if head:
+        lines.append(
+            "kunlunxin-emulated-head copy_ (PR 1 on the head-like tree): after/aten at "
+            f"most {head['max_after_over_aten']:.2f} (before {head['max_before_over_aten']:.2f})."
+        )
+    misses = data.get("misses")
+    if misses:
+        lines.append(
+            "Calls that do not hit, cached/uncached (same start): "
+            + ", ".join(f"{k} {v['ratio']:.3f}" for k, v in misses.items())
+            + "."
+        )
     for base, t in data.get("upstream_tests", {}).items():
         lines.append(
             f"Upstream tests with PR 3, {base}: {t['passed']} passed, {t['failed']} failed, "
             f"{t['skipped']} skipped ({len(t['files'])} files)."
         )
+    for other in data.get("same_op_other_starts", []):
+        o = other["summary"]
+        nv, kx, head = (o.get(k, {}) for k in ("nvidia", *_KX))
+        lines.append(
+            f"Another machine start on the same op ({other.get('date', '')}): nvidia "
+            f"median after/eager {nv.get('median_after_over_eager', float('nan')):.2f}, "
+            f"kunlunxin-emulated at most {kx.get('max_after_over_aten', float('nan')):.2f}, "
+            f"head at most {head.get('max_after_over_aten', float('nan')):.2f}."
+        )
     return lines
+
+
+_KX = ("kunlunxin-emulated", "kunlunxin-emulated-head")
