@@ -514,6 +514,23 @@ def test_one_off_signatures_are_only_remembered():
             assert same(f(x, 2.0, x), uncached(lambda a: f(a, 2.0, a), x)[0])
         assert plan.call_count == 0 and not f._launch_cache.plans
         assert len(f._launch_cache.seen) == 3  # bounded
+        assert all(type(k) is int for k in f._launch_cache.seen)  # hashes, not keys
+
+
+def test_signatures_of_one_hash_keep_their_own_plans():
+    """Signatures are counted by their key's hash. With every key hashing alike the
+    counts are shared (a signature may be recorded at its first call), yet each plan
+    is found by its whole key: every hit returns that signature's own result."""
+    f = FNS["generic"].axpy
+    xs = [rand(n, 2, seed=n) for n in range(1, 5)]
+    want = [uncached(lambda a: f(a, 2.0, a), x)[0] for x in xs]
+    with mock.patch.object(lc, "hash", create=True, new=lambda key: 0):
+        for _ in range(4):
+            for x, w in zip(xs, want):
+                assert same(f(x, 2.0, x), w)
+        cache = f._launch_cache
+        assert list(cache.seen) in ([], [0]) and cache.hits >= len(xs)
+        assert len(cache.plans) >= 2  # plans of several signatures, one count
 
 
 def test_recordings_that_are_never_hit_run_out_of_credit():

@@ -425,7 +425,8 @@ class LaunchCache:
     """Plans by call signature for one function (see the module docstring)."""
 
     def __init__(self):
-        # oldest first: key -> _Plan or _UNCACHEABLE, and key -> uncached calls so far
+        # oldest first: key -> _Plan or _UNCACHEABLE, and hash(key) -> uncached calls
+        # so far
         # (OrderedDicts: on a dict, next(iter(d)) walks past the slots that deletions
         # at its front left, about 1 us at MAX_SEEN keys; popitem(last=False) does not)
         self.plans = collections.OrderedDict()
@@ -459,7 +460,7 @@ class LaunchCache:
                     return out
             return _uncached(fn, args, kwargs)
         self.misses += 1
-        if not self._admit(key):
+        if not self._admit(hash(key)):
             return _uncached(fn, args, kwargs)
         launches = _recording.launches = []
         try:
@@ -474,19 +475,24 @@ class LaunchCache:
             plans[key] = _UNCACHEABLE if plan is None else plan
         return result
 
-    def _admit(self, key) -> bool:
+    def _admit(self, signature: int) -> bool:
         """Whether to record this call: a signature's call after ``ADMIT_AFTER``
         uncached ones, while the recordings stay within their credit (else it stays
         uncached and is asked again at its next call), and room for it (at most one
         held plan is examined: evicted if it had no hit since the hand last passed it,
-        else moved to the back and the newcomer not admitted)."""
+        else moved to the back and the newcomer not admitted).
+
+        Signatures are counted by the key's hash: a first sighting stores one int, and
+        evicting one frees one int, not a key of nested tuples.  Two keys of one hash
+        share a count, so one of them may be recorded sooner; what is recorded is
+        still keyed by the whole key."""
         with self.lock:
             seen = self.seen
-            calls = seen.get(key, 0)
+            calls = seen.get(signature, 0)
             if calls < ADMIT_AFTER:
                 if not calls and len(seen) >= MAX_SEEN:
                     seen.popitem(last=False)
-                seen[key] = calls + 1
+                seen[signature] = calls + 1
                 return False
             if self._credit() < MISSES_PER_RECORDING:
                 return False
@@ -497,7 +503,7 @@ class LaunchCache:
                     victim.used = False
                     plans[oldest] = victim  # a second chance, at the back
                     return False
-            del seen[key]
+            del seen[signature]
             self.recordings += 1
             self.credit -= MISSES_PER_RECORDING
             return True
