@@ -14,6 +14,9 @@ variants in a rotating order; medians per call index (first, second, third call)
 * ``on_key_none``: on, ``_key`` answering None (every call through ``_uncached``);
 * ``on_no_admit``: on, ``LaunchCache._admit`` answering False (key and lookup, no
   bookkeeping of the signature);
+* ``on_no_record``: on, ``ADMIT_AFTER`` patched to 99 (the bookkeeping runs, no call
+  records: on against it is what the third calls' recordings leave to the next
+  signature's calls);
 * ``off_key_inline``: off, the same key computed inside the timed region first;
 * ``on_key_pre``: on, the key computed once before the timed region;
 * ``off_gc_off`` / ``on_gc_off``: off / on with the garbage collector disabled.
@@ -37,6 +40,7 @@ VARIANTS = {
     "on": dict(on=True),
     "on_key_none": dict(on=True, key_none=True),
     "on_no_admit": dict(on=True, no_admit=True),
+    "on_no_record": dict(on=True, no_record=True),
     "off_key_inline": dict(on=False, inline=True),
     "on_key_pre": dict(on=True, pre=True),
     "off_gc_off": dict(on=False, gc=False),
@@ -78,6 +82,8 @@ def measure(rounds: int = 12, variants=tuple(VARIANTS)) -> dict:
                     patches.append(
                         mock.patch.object(lc.LaunchCache, "_admit", lambda s, k: False)
                     )
+                if v.get("no_record"):
+                    patches.append(mock.patch.object(lc, "ADMIT_AFTER", 99))
                 for p in patches:
                     p.start()
                 if v.get("gc") is False:
