@@ -12,13 +12,11 @@ variants in a rotating order; medians per call index (first, second, third call)
 
 * ``off`` / ``on``: the cache off / on (the third call records when on);
 * ``on_key_none``: on, ``_key`` answering None (every call through ``_uncached``);
-* ``on_no_admit``: on, ``LaunchCache._admit`` answering False (key and lookup, no
-  bookkeeping of the signature);
+* ``on_no_admit``: on, ``ADMIT_AFTER`` patched to 0 and ``LaunchCache._admit``
+  answering False (key and lookup, no count of the signature);
 * ``on_no_record``: on, ``ADMIT_AFTER`` patched to 99 (the bookkeeping runs, no call
   records: on against it is what the third calls' recordings leave to the next
   signature's calls);
-* ``on_lockless``: on, a prototype ``_admit`` that counts a signature's uncached calls
-  without taking the cache's lock (what the lock costs a first sighting);
 * ``off_key_inline``: off, the same key computed inside the timed region first;
 * ``on_key_pre``: on, the key computed once before the timed region;
 * ``off_gc_off`` / ``on_gc_off``: off / on with the garbage collector disabled.
@@ -43,30 +41,11 @@ VARIANTS = {
     "on_key_none": dict(on=True, key_none=True),
     "on_no_admit": dict(on=True, no_admit=True),
     "on_no_record": dict(on=True, no_record=True),
-    "on_lockless": dict(on=True, lockless=True),
     "off_key_inline": dict(on=False, inline=True),
     "on_key_pre": dict(on=True, pre=True),
     "off_gc_off": dict(on=False, gc=False),
     "on_gc_off": dict(on=True, gc=False),
 }
-
-
-def _lockless(lc):
-    """LaunchCache._admit, with a signature's uncached calls counted outside the lock
-    (a prototype, timed only here)."""
-    admit = lc.LaunchCache._admit
-
-    def _admit(self, signature):
-        seen = self.seen
-        calls = seen.get(signature, 0)
-        if calls < lc.ADMIT_AFTER:
-            if not calls and len(seen) >= lc.MAX_SEEN:
-                seen.popitem(last=False)
-            seen[signature] = calls + 1
-            return False
-        return admit(self, signature)
-
-    return _admit
 
 
 def measure(rounds: int = 12, variants=tuple(VARIANTS)) -> dict:
@@ -100,12 +79,9 @@ def measure(rounds: int = 12, variants=tuple(VARIANTS)) -> dict:
                 if v.get("key_none"):
                     patches.append(mock.patch.object(lc, "_key", lambda a, k, s: None))
                 if v.get("no_admit"):
+                    patches.append(mock.patch.object(lc, "ADMIT_AFTER", 0))
                     patches.append(
                         mock.patch.object(lc.LaunchCache, "_admit", lambda s, k: False)
-                    )
-                if v.get("lockless"):
-                    patches.append(
-                        mock.patch.object(lc.LaunchCache, "_admit", _lockless(lc))
                     )
                 if v.get("no_record"):
                     patches.append(mock.patch.object(lc, "ADMIT_AFTER", 99))

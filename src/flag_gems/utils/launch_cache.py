@@ -425,12 +425,13 @@ class LaunchCache:
     """Plans by call signature for one function (see the module docstring)."""
 
     def __init__(self):
-        # oldest first: key -> _Plan or _UNCACHEABLE, and hash(key) -> uncached calls
-        # so far
-        # (OrderedDicts: on a dict, next(iter(d)) walks past the slots that deletions
-        # at its front left, about 1 us at MAX_SEEN keys; popitem(last=False) does not)
+        # key -> _Plan or _UNCACHEABLE, oldest first (an OrderedDict: on a dict,
+        # next(iter(d)) walks past the slots that deletions at its front left, about
+        # 1 us at MAX_PLANS keys; popitem(last=False) does not); and hash(key) ->
+        # uncached calls so far (a dict: each of its operations is atomic, also
+        # without the GIL, and it is emptied when full)
         self.plans = collections.OrderedDict()
-        self.seen = collections.OrderedDict()
+        self.seen = {}
         self.lock = threading.Lock()
         self._reset_counts()
         with _CACHES_LOCK:
@@ -460,7 +461,16 @@ class LaunchCache:
                     return out
             return _uncached(fn, args, kwargs)
         self.misses += 1
-        if not self._admit(hash(key)):
+        # a signature's first ADMIT_AFTER calls are only counted, by the key's hash
+        # and without the lock (a count lost to a race only records it a call later)
+        signature, seen = hash(key), self.seen
+        calls = seen.get(signature, 0)
+        if calls < ADMIT_AFTER:
+            if not calls and len(seen) >= MAX_SEEN:
+                seen.clear()  # (bounded: the counts so far start over)
+            seen[signature] = calls + 1
+            return _uncached(fn, args, kwargs)
+        if not self._admit(signature):
             return _uncached(fn, args, kwargs)
         launches = _recording.launches = []
         try:
@@ -476,24 +486,16 @@ class LaunchCache:
         return result
 
     def _admit(self, signature: int) -> bool:
-        """Whether to record this call: a signature's call after ``ADMIT_AFTER``
-        uncached ones, while the recordings stay within their credit (else it stays
-        uncached and is asked again at its next call), and room for it (at most one
-        held plan is examined: evicted if it had no hit since the hand last passed it,
-        else moved to the back and the newcomer not admitted).
+        """Whether to record this call of a signature counted ``ADMIT_AFTER`` times:
+        while the recordings stay within their credit (else it stays uncached and is
+        asked again at its next call), and room for it (at most one held plan is
+        examined: evicted if it had no hit since the hand last passed it, else moved
+        to the back and the newcomer not admitted).
 
-        Signatures are counted by the key's hash: a first sighting stores one int, and
-        evicting one frees one int, not a key of nested tuples.  Two keys of one hash
-        share a count, so one of them may be recorded sooner; what is recorded is
-        still keyed by the whole key."""
+        Signatures are counted by the key's hash: a first sighting stores one int, not
+        a key of nested tuples.  Two keys of one hash share a count, so one of them
+        may be recorded sooner; what is recorded is still keyed by the whole key."""
         with self.lock:
-            seen = self.seen
-            calls = seen.get(signature, 0)
-            if calls < ADMIT_AFTER:
-                if not calls and len(seen) >= MAX_SEEN:
-                    seen.popitem(last=False)
-                seen[signature] = calls + 1
-                return False
             if self._credit() < MISSES_PER_RECORDING:
                 return False
             plans = self.plans
@@ -503,7 +505,7 @@ class LaunchCache:
                     victim.used = False
                     plans[oldest] = victim  # a second chance, at the back
                     return False
-            del seen[signature]
+            self.seen.pop(signature, None)  # (None: cleared meanwhile)
             self.recordings += 1
             self.credit -= MISSES_PER_RECORDING
             return True
