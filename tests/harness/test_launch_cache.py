@@ -594,6 +594,29 @@ def test_a_run_of_one_off_signatures_banks_no_recordings():
         assert 1 <= plan.call_count <= 1 + late // 8 < 8
 
 
+def test_a_run_of_hits_banks_at_most_max_credit_recordings():
+    """Hits fill the credit only up to MAX_CREDIT: after 60 hits of one signature,
+    signatures recorded and never hit record at most MAX_CREDIT times, then at the
+    trickle; a credit that banked every hit would have recorded all 12."""
+    f = FNS["generic"].axpy
+    credit = mock.patch.multiple(
+        lc, RECORD_CREDIT=1, MAX_CREDIT=3, MISSES_PER_RECORDING=10**6
+    )
+    hot = rand(2, 2, seed=1)
+    want = uncached(lambda a: f(a, 2.0, a), hot)[0]
+    with credit, _recordings(f) as plan:
+        for _ in range(N + 60):  # counted, recorded, then 60 hits
+            assert same(f(hot, 2.0, hot), want)
+        assert f._launch_cache.hits == 60 and plan.call_count == 1
+        for n in range(3, 15):  # 12 signatures, N calls each, never called again
+            x = rand(n, 2, seed=n)
+            want = uncached(lambda a: f(a, 2.0, a), x)[0]
+            for _ in range(N):
+                assert same(f(x, 2.0, x), want)
+        assert f._launch_cache.hits == 60
+        assert plan.call_count == 1 + 3  # the hot one, then MAX_CREDIT
+
+
 def test_a_round_robin_over_more_signatures_than_the_cap_keeps_its_plans():
     """FIFO would evict each plan just before its next call (0 hits, a recording per
     call); the clock keeps the plans it holds and records nothing in steady state."""

@@ -23,9 +23,10 @@ allocate the outputs and launch that compiled kernel with their own pointers and
 scalar values.  A signature called only a few times thus costs its key and nothing
 more.  A cache's recordings are paid from a credit: ``RECORD_CREDIT`` to start, one
 per hit, one per ``MISSES_PER_RECORDING`` misses, misses filling it only up to
-``RECORD_CREDIT``: where recorded plans are not hit (signatures called just past
-``ADMIT_AFTER`` times), recording slows to a trickle that costs little next to the
-misses, even after a long run of misses, and it speeds up again as plans are hit.
+``RECORD_CREDIT`` and hits up to ``MAX_CREDIT``: where recorded plans are not hit
+(signatures called just past ``ADMIT_AFTER`` times), recording slows to a trickle that
+costs little next to the misses, even after a long run of misses or of hits, and it
+speeds up again as plans are hit.
 
 The key holds everything that launch depends on: for each tensor its dtype, shape,
 strides, device and 16-byte pointer alignment; for each Python scalar its type (and,
@@ -71,12 +72,14 @@ from flag_gems.utils.tensor_wrapper import StridedBuffer
 # costs more than a key: a signature called only that often never pays for it); and
 # signatures remembered meanwhile; and the recordings a cache may make beyond its hits
 # (a hit saves more than a recording costs), plus one per so many misses (a recording
-# costs less than half an uncached call: a 32nd of it stays within 2% of the misses).
+# costs less than half an uncached call: a 32nd of it stays within 2% of the misses),
+# and at most so many banked by hits (what a run of hits may pay for after it ends).
 MAX_PLANS = 256
 ADMIT_AFTER = 2
 MAX_SEEN = 4 * MAX_PLANS
 RECORD_CREDIT = 8
 MISSES_PER_RECORDING = 32
+MAX_CREDIT = 4 * RECORD_CREDIT
 
 
 # The Triton versions the cache was proven on (the Triton matrix: make test-triton).
@@ -127,6 +130,7 @@ else:  # the cache stays off and reads no hooks
 _TENSOR, _PARAMETER = torch.Tensor, torch.nn.Parameter
 _PLAIN_TENSORS = (_TENSOR, _PARAMETER)
 _UNCACHEABLE = object()
+_SCALARS = frozenset((int, float, bool))  # what a plan's tail may hold
 _HAS_NAMES = hasattr(torch.Tensor, "has_names")
 _CACHES = weakref.WeakSet()
 _CACHES_LOCK = threading.Lock()  # guards _CACHES (added to by first calls)
@@ -385,7 +389,7 @@ def _plan(args, kwargs, result, launches):
             _operand(v, a) for v, a in zip(values, operands)
         ):
             return None
-        if not all(type(v) in (int, float, bool) for v in values[len(operands) :]):
+        if not _SCALARS.issuperset(map(type, values[len(operands) :])):
             return None
         return _Plan(single, outs, (*launches[0], len(operands)))
     if any(out.numel() for out in results):
@@ -515,12 +519,15 @@ class LaunchCache:
 
         It starts at ``RECORD_CREDIT`` recordings; each hit since the last ask adds
         one recording, each miss a ``MISSES_PER_RECORDING``-th of one, but misses fill
-        it only up to ``RECORD_CREDIT`` (at least one) recordings: a run of one-off
-        signatures does not bank recordings for a later run of signatures recorded
-        and never hit (it would spend them all in a burst)."""
+        it only up to ``RECORD_CREDIT`` (at least one) recordings, and hits up to
+        ``MAX_CREDIT``: a run of one-off signatures, or of hits, does not bank
+        recordings for a later run of signatures recorded and never hit (it would
+        spend them all in a burst)."""
         per = MISSES_PER_RECORDING
         credit = RECORD_CREDIT * per if self.credit is None else self.credit
-        credit += (self.hits - self._hits_at) * per
+        if self.hits != self._hits_at:  # (hits never lower it)
+            gain = (self.hits - self._hits_at) * per
+            credit = max(credit, min(credit + gain, MAX_CREDIT * per))
         cap = max(RECORD_CREDIT, 1) * per
         if credit < cap:
             credit = min(credit + self.misses - self._misses_at, cap)
