@@ -73,7 +73,7 @@ upstream() {  # LABEL CHECKOUT: the PR test file in a copy of the checkout, befo
   [ -f "$2/pytest.ini" ] && cp "$2/pytest.ini" "$w/"
   sha256sum "$w/src/flag_gems/ops/copy.py" > $LOGS/up-$1-preimage.sha256
   for run in before after after-ref-cpu; do
-    [ $run = after ] && for f in src/flag_gems/ops/copy.py src/flag_gems/ops/to.py; do cp $f "$w/$f"; done  # PR 2's op files
+    [ $run = after ] && for op in src/flag_gems/ops/copy.py src/flag_gems/ops/to.py; do cp $op "$w/$op"; done  # PR 2's op files (not $f: the test file)
     local extra="" && [ $run = after-ref-cpu ] && extra="--ref=cpu --quick"
     (cd "$w" && env -u GEMS_VENDOR PYTHONPATH="$w/src${SITE_UP:+:$SITE_UP}" timeout "$(left)" \
       $PY -m pytest -q -p no:cacheprovider $UP_PLUGIN -o addopts="" --tb=line -W ignore \
