@@ -89,10 +89,11 @@ LAYOUTS = {
 @pytest.mark.copy_
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.int32])
 def test_launch_cache_copy_(dtype):
-    # contiguous copies: every backend's copy_ runs them through pointwise_dynamic
-    # (strided layouts are the axpy tests below; on KunlunXIN a strided copy_ needs
-    # the strided copy_ fix, a separate PR)
-    hosts = [torch.randn(24, 30).mul(100).to(dtype) for _ in range(CALLS + 2)]
+    # contiguous copies that convert: copy_ runs them through pointwise_dynamic (a
+    # small copy of one dtype may go to a backend's native copy, as on KunlunXIN;
+    # strided layouts are the axpy tests below)
+    src_dtype = torch.float16 if dtype is torch.float32 else torch.float32
+    hosts = [torch.randn(24, 30).mul(100).to(src_dtype) for _ in range(CALLS + 2)]
     srcs = [host.to(DEVICE) for host in hosts]
     dsts = [torch.empty(srcs[0].shape, dtype=dtype, device=DEVICE) for _ in hosts]
     launch_cache.clear()
@@ -101,7 +102,7 @@ def test_launch_cache_copy_(dtype):
         for dst, src in zip(dsts, srcs):
             dst.copy_(src)
     for dst, host in zip(dsts, hosts):
-        utils.gems_assert_equal(dst, utils.to_reference(host.to(DEVICE)))
+        utils.gems_assert_equal(dst, utils.to_reference(host.to(DEVICE)).to(dtype))
     assert launch_cache.stats()["hits"] >= 2
 
 

@@ -43,6 +43,19 @@ pytestmark = pytest.mark.harness
 DEVICE = flag_gems.device
 COPY_MODULE = "_kunlunxin.ops.copy"
 
+
+@pytest.fixture(autouse=True)
+def small_copies_through_triton(request):
+    """The Triton path for every copy here: the tensors are small, and the fork's
+    copy.py hands small same-dtype contiguous copies to native (tested on its own in
+    test_small_same_dtype_contiguous_copies_go_native, marked native_shortcut)."""
+    if request.node.get_closest_marker("native_shortcut"):
+        yield
+        return
+    with tracking.small_copies_through_triton(copy_module()):
+        yield
+
+
 FLOAT_DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 INT_DTYPES = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
 TRITON_DTYPES = FLOAT_DTYPES + INT_DTYPES + [torch.bool]
@@ -2005,6 +2018,60 @@ def test_runs_flat_is_the_device_models_flat_loop():
     # dense with equal strides, neither contiguous: flat
     assert runs_flat(torch.empty(6, 4).t(), torch.empty(6, 4).t())
     assert not runs_flat(torch.empty(6, 4).t(), torch.empty(4, 6))
+    # overlapping with equal strides: not flat
+    assert not runs_flat(torch.empty(1, 6).expand(4, 6), torch.empty(1, 6).expand(4, 6))
+    # both contiguous, with strides that differ in a size-1 dim: flat
+    dst, src = torch.empty(1, 6), torch.empty(6, 1).t()
+    assert dst.stride() != src.stride() and faults.is_flat_loop(dst, src)
+    assert runs_flat(dst, src)
+
+
+@pytest.mark.native_shortcut
+@pytest.mark.parametrize("dtype", TRITON_DTYPES, ids=SHORT.get)
+def test_small_same_dtype_contiguous_copies_go_native(dtype):
+    """The fork's copy.py hands a copy of one dtype between two contiguous tensors of
+    one shape, below 2**14 elements, to native (a flat loop there, cheaper than a
+    launch); anything else small, and the same copy at 2**14 elements, takes Triton.
+    Each comes out as torch's copy, and nothing strided reaches native (device model)."""
+    from copyfix.emulation import faults
+
+    limit = copy_module()._SMALL_SAME_DTYPE_NUMEL
+    other = torch.float32 if dtype is not torch.float32 else torch.int32
+    gen = torch.Generator().manual_seed(0)
+
+    def case(shape, src_dtype=dtype, view=_same, neg=False):
+        src = make_values(shape, src_dtype, dtype, gen)
+        dst = make_values(view(src).shape, dtype, dtype, gen)
+        return src, dst, view, neg and dtype is not torch.bool  # (bool: no negation)
+
+    native = {
+        "2d": case((64, 33)),
+        "0d": case(()),
+        "last_below_limit": case((limit - 1,)),
+        "neg_src": case((8, 9), neg=True),
+    }
+    triton_ = {
+        "at_limit": case((limit,)),
+        "conversion": case((64, 33), other),
+        "transposed": case((33, 64), view=lambda t: t.t()),
+        "step_slice": case((40, 60), view=lambda t: t[::2, 1::3]),
+    }
+    with faults.xpu_device_model():
+        for name, (src, dst, view, neg) in {**native, **triton_}.items():
+            want = dst.clone()
+            src_view = torch._neg_view(view(src)) if neg else view(src)
+            torch_copy_(want, src_view)
+            d_dst = dst.to(DEVICE, copy=True)
+            d_src = view(src.to(DEVICE, copy=True))
+            d_src = torch._neg_view(d_src) if neg else d_src
+            with track_paths() as paths:
+                assert gems_copy_(d_dst, d_src) is d_dst
+            if name in native:
+                assert (paths.fallbacks, paths.launches) == (1, []), name
+            else:
+                assert paths.fallbacks == 0 and paths.launches, name
+            exact = src.dtype is dtype and not neg  # (NaN payloads: one dtype, no neg)
+            assert_bit_exact(d_dst, want, f"{SHORT[dtype]} {name}", exact_nans=exact)
 
 
 def test_indexable_asks_past_two_gib_of_storage():

@@ -20,7 +20,7 @@ from unittest import mock
 
 import pytest
 
-from copyfix import emulation
+from copyfix import emulation, tracking
 
 MODE = emulation.activate()  # before flag_gems is imported
 
@@ -837,10 +837,15 @@ def test_the_switch():
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_copy_dispatched_under_use_gems_hits(layout, dtype):
     """The KunlunXIN copy_ (PR 1, unchanged) launches through the cache: its second
-    and third copies of a layout hit, bit for bit what the uncached copy_ writes."""
+    and third copies of a layout hit, bit for bit what the uncached copy_ writes (the
+    contiguous layout too: the fork's small-copy shortcut to native is off here)."""
     view = LAYOUTS[layout]
     dst = torch.empty_like(view(rand(6, 8, dtype=dtype)))
-    with flag_gems.use_gems(include=["copy_"]):
+    lc.clear()
+    with (
+        tracking.small_copies_through_triton(),
+        flag_gems.use_gems(include=["copy_"]),
+    ):
         for seed in range(N + 2):
             src = view(rand(6, 8, dtype=dtype, seed=seed))
             dst.copy_(src)

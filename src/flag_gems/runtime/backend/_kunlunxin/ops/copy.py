@@ -32,6 +32,11 @@ _FALLBACK_KEYSET = torch._C.DispatchKeySet(
     torch._C.DispatchKey.CompositeExplicitAutograd
 )
 
+# Below this many elements a copy is host-bound: one of a single dtype between two
+# contiguous tensors goes to native, which runs it as one flat loop (upstream's
+# tle_copy-era copy.py hands its small flat copies over at the same threshold).
+_SMALL_SAME_DTYPE_NUMEL = 2**14
+
 
 def copy(
     template: torch.Tensor, src: torch.Tensor, *, non_blocking: Optional[bool] = False
@@ -47,6 +52,17 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
     if dst.layout != torch.strided or src.layout != torch.strided:
         # (direct calls only: dispatch picks the layout's kernel before this one)
         return torch.ops.aten.copy_.default(dst, src, non_blocking)
+    if (
+        src.is_contiguous()
+        and dst.is_contiguous()
+        and dst.dtype is src.dtype
+        and dst.shape == src.shape
+        and dst.numel() < _SMALL_SAME_DTYPE_NUMEL
+    ):
+        # (torch's own copy: its errors, aliasing and neg bits; conversions stay in Triton)
+        return torch.ops.aten.copy_.default.redispatch(
+            _FALLBACK_KEYSET, dst, src, non_blocking
+        )
     logger.debug("GEMS_KUNLUNXIN COPY_")
     out = triton_copy_(dst, src)
     if out is None:  # (Triton lacks the dtype or device: strided_copy.fallback_reason)

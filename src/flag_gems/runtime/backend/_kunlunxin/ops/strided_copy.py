@@ -58,6 +58,8 @@ _MAX_NUMEL = 12 * 2**27
 # (can_use_int32_index, which reads torch.iinfo, is asked only past it).
 _INT32_MAX = 2**31 - 1
 
+_dense = torch.ops.aten.is_non_overlapping_and_dense
+
 config_ = CodeGenConfig(
     512,
     (65536, 65536, 65536),
@@ -168,10 +170,11 @@ def runs_flat(dst: torch.Tensor, src: torch.Tensor) -> bool:
     loop (same shape; both contiguous, or both dense with the same strides)."""
     if dst.shape != src.shape:
         return False
-    if dst.is_contiguous() and src.is_contiguous():
-        return True
-    dense = torch.ops.aten.is_non_overlapping_and_dense
-    return dst.stride() == src.stride() and dense(dst) and dense(src)
+    # (contiguity and density follow from shape and strides: equal for equal strides)
+    contiguous = dst.is_contiguous()
+    if contiguous != src.is_contiguous():
+        return False
+    return contiguous or (dst.stride() == src.stride() and _dense(dst))
 
 
 def wrapped_number(value, dst: torch.Tensor) -> torch.Tensor:
@@ -203,8 +206,7 @@ def _must_read_src_first(dst: torch.Tensor, src: torch.Tensor) -> bool:
     if dst.numel() == 0 or src.numel() == 0:
         return False
     (d0, d1), (s0, s1) = _span(dst), _span(src)
-    dense = torch.ops.aten.is_non_overlapping_and_dense
-    if dense(dst) and dense(src):
+    if _dense(dst) and _dense(src):
         if (d0, d1) != (s0, s1) or dst.stride() != src.stride():
             if d0 < s1 and s0 < d1:
                 raise RuntimeError(
