@@ -18,8 +18,9 @@
 #              stock NVIDIA backend, `pytest -n 16 --quick`: counts in $OUT/launch_cache_upstream.json
 #   suite      this repo's suite in cuda mode (kunlunxin emulation), 5.0.2 base
 #   bd, bd-head
-#              python -m copyfix.measure.breakdown (cuda emulation), contiguous and transposed,
-#              into $OUT/launch_breakdown_h200.json as fork-<layout> (the fork's copy.py over
+#              python -m copyfix.measure.breakdown (cuda emulation), transposed (a small
+#              contiguous copy goes to native on both integrations: no Triton launch to break
+#              down), into $OUT/launch_breakdown_h200.json as fork-<layout> (the fork's copy.py over
 #              5.0.2), or after cost-head as head-<layout> (the head-like tree)
 # LC_ARGS and MC_ARGS: extra arguments of launch_cost and miss_cost (e.g. --rounds 15).
 # DEADLINE (seconds, default 560) budgets all steps.
@@ -48,7 +49,7 @@ for step in "$@"; do
         --section-into "$OUT/launch_cache_h200.json" ${MC_ARGS:-} > "$log" 2>&1 ;;
     bd|bd-head)
       name=fork; [ $step = bd-head ] && name=head
-      for layout in contiguous transposed; do
+      for layout in transposed; do
         COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m copyfix.measure.breakdown --layout $layout \
           --label $name-$layout --out "$OUT/launch_breakdown_h200.json" ${BD_ARGS:-} >> "$log" 2>&1
       done ;;
