@@ -2082,3 +2082,118 @@ def test_indexable_asks_past_two_gib_of_storage():
     assert not indexable(torch.empty(2**31 + 64, dtype=torch.uint8, device="meta"))
     # the first byte past the bound: element 2**31 of a uint8 view is past int32
     assert not indexable(torch.empty(2**31 + 1, dtype=torch.uint8, device="meta"))
+
+
+def _general_path_calls(monkeypatch):
+    """Count triton_copy_'s general path: every call of expand_checked."""
+    mod, calls = strided_module(), []
+    stock = mod.expand_checked
+
+    def counting(*args, **kwargs):
+        calls.append(args[0].shape)
+        return stock(*args, **kwargs)
+
+    monkeypatch.setattr(mod, "expand_checked", counting)
+    return calls
+
+
+PLAIN_CASES = {  # (layout, neg): one dtype, same neg bit, src of dst's shape, dst contiguous
+    "contiguous": ("contiguous", ""),
+    "transposed": ("transpose", ""),
+    "sdpa_mask": ("sdpa_mask", ""),
+    "expand_row": ("expand_row", ""),
+    "step_slice": ("step_slice", ""),
+    "permute4d": ("permute4d", ""),
+    "both_negated": ("transpose", "both"),
+}
+GENERAL_CASES = {  # each lacks one of the above
+    "negated_src": ("transpose", "src"),
+    "negated_dst": ("contiguous", "dst"),
+    "broadcast": ("broadcast", ""),
+    "scalar_0d": ("scalar_0d", ""),
+    "dst_transposed": ("dst_transposed", ""),
+    "dst_step_slice": ("dst_step_slice", ""),
+}
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bool, torch.int64, torch.float16]
+)
+def test_plain_copies_take_the_fast_path(monkeypatch, dtype):
+    """triton_copy_'s fast path (_copied_plain) takes exactly the copies its docstring
+    names, with the launch the general path makes (kernel and rank), bit-exact; the
+    rest, conversions included, take the general path."""
+    general = _general_path_calls(monkeypatch)
+    other = torch.int32 if dtype is not torch.int32 else torch.float32
+    cases = {n: (lay, neg, dtype) for n, (lay, neg) in PLAIN_CASES.items()}
+    cases |= {n: (lay, neg, dtype) for n, (lay, neg) in GENERAL_CASES.items()}
+    cases["conversion"] = ("transpose", "", other)
+    for name, (layout, neg, src_dtype) in cases.items():
+        if dtype is torch.bool and neg:
+            continue  # (bool has no negated view)
+        case = Case(layout, src_dtype, dtype, seed=7, neg=neg)
+        general.clear()
+        with track_paths() as paths:
+            gems_copy_(case.dst, case.src)
+        assert paths.fallbacks == 0, name
+        assert paths.launches == expected_launches(case.dst, case.src), name
+        assert len(general) == (name not in PLAIN_CASES), name
+        case.check()
+
+
+@pytest.mark.parametrize("bound", ["_MAX_NUMEL", "_INT32_MAX"])
+def test_plain_copy_fast_path_bounds(monkeypatch, bound):
+    """At its bound (numel, the larger storage's bytes) a plain copy still takes the
+    fast path with one launch; one below it, the general path, which splits it."""
+    mod = strided_module()
+    general = _general_path_calls(monkeypatch)
+    wide = torch.randn(9, 8)
+    for slack, fast in ((0, True), (-1, False)):
+        src = wide.to(DEVICE)[:, :6].t()  # (its storage: 72 float32, dst's 54)
+        dst = torch.zeros(6, 9, device=DEVICE)
+        limit = dst.numel() if bound == "_MAX_NUMEL" else 72 * 4
+        monkeypatch.setattr(mod, bound, limit + slack)
+        if bound == "_INT32_MAX" and not fast:  # (the general path asks the helper)
+            monkeypatch.setattr(mod, "can_use_int32_index", lambda t: t.shape[0] < 2)
+        general.clear()
+        with track_paths() as paths:
+            gems_copy_(dst, src)
+        assert len(general) == (not fast), (bound, slack)
+        assert (len(paths.launches) == 1) == fast, (bound, slack, paths.launches)
+        assert_bit_exact(dst, wide[:, :6].t(), f"{bound}{slack:+d}")
+
+
+def test_plain_copy_fast_path_leaves_out_empty_alias_meta_and_other_devices(
+    monkeypatch,
+):
+    """An empty copy, an aliasing one, a meta one and one across devices take the
+    general path (empty: nothing launched; meta, across devices: native)."""
+    kx, general = copy_module(), _general_path_calls(monkeypatch)
+    fast = strided_module()._copied_plain
+    cases = {
+        "empty": (
+            torch.empty(0, 4, device=DEVICE),
+            torch.empty(4, 0, device=DEVICE).t(),
+        ),
+        "meta": (
+            torch.empty(4, 4, device="meta"),
+            torch.empty(4, 4, device="meta").t(),
+        ),
+    }
+    x = torch.arange(16.0, device=DEVICE).view(4, 4)
+    for name, (dst, src) in cases.items():
+        assert not fast(dst, src), name
+    assert not fast(x, torch.empty(4, 4, device="meta").t())  # (src on another device)
+    with track_paths() as paths:
+        kx.copy_(*cases["empty"])
+        kx.copy_(*cases["meta"])
+    # (the empty copy reaches expand_checked; the meta one falls back before it)
+    assert (paths.launches, paths.fallbacks, general) == ([], 1, [(0, 4)])
+    general.clear()
+    ref = x.cpu()
+    ref[1:, :] = ref.t()[:3, :].clone()
+    with track_paths() as paths:
+        gems_copy_(x[1:, :], x.t()[:3, :])  # (aliasing: read whole first, then copied)
+    assert paths.fallbacks == 0 and len(general) == 1
+    assert paths.launches == [("copy_slice", 2), ("_copy_kernel", 2)]
+    assert_bit_exact(x, ref, "aliasing transpose")

@@ -35,6 +35,8 @@ _FALLBACK_KEYSET = torch._C.DispatchKeySet(
 # Below this many elements a copy is host-bound: one of a single dtype between two
 # contiguous tensors goes to native, which runs it as one flat loop (upstream's
 # tle_copy-era copy.py hands its small flat copies over at the same threshold).
+# Tested inline, cheapest first, not through strided_copy.runs_flat: a strided source
+# fails the first test; dense pairs of equal strides stay in Triton here.
 _SMALL_SAME_DTYPE_NUMEL = 2**14
 
 

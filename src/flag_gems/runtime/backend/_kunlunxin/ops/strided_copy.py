@@ -168,12 +168,10 @@ def fallback_reason(dst: torch.Tensor, src: torch.Tensor) -> Optional[str]:
 def runs_flat(dst: torch.Tensor, src: torch.Tensor) -> bool:
     """Whether the native copy runs this copy of two strided tensors: as one flat
     loop (same shape; both contiguous, or both dense with the same strides)."""
-    if dst.shape != src.shape:
-        return False
-    # (contiguity and density follow from shape and strides: equal for equal strides)
     contiguous = dst.is_contiguous()
-    if contiguous != src.is_contiguous():
+    if contiguous != src.is_contiguous() or dst.shape != src.shape:
         return False
+    # (density follows from shape and strides: equal for equal strides)
     return contiguous or (dst.stride() == src.stride() and _dense(dst))
 
 
@@ -276,6 +274,8 @@ def triton_copy_(dst: torch.Tensor, src: torch.Tensor) -> Optional[torch.Tensor]
     if src._is_zerotensor():
         return dst.zero_()
     aliases = torch._C._is_alias_of(dst, src)
+    if not aliases and _copied_plain(dst, src):
+        return dst
     if aliases and (
         dst.storage_offset() == src.storage_offset()
         and dst.stride() == src.stride()
@@ -292,6 +292,27 @@ def triton_copy_(dst: torch.Tensor, src: torch.Tensor) -> Optional[torch.Tensor]
         return None
     expanded = expand_checked(dst, src, aliases)
     return copy_expanded(dst, expanded, src.is_neg() != dst.is_neg())
+
+
+def _copied_plain(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """The copy most callers make, each of the checks below read once: one dtype
+    Triton runs, one device, the same neg bit, src of dst's shape, dst contiguous (it
+    cannot overlap itself), not empty, both storages int32-indexable. Launches it
+    and says True; else False, with nothing done (src and dst must not alias)."""
+    dtype = dst.dtype
+    if dtype is not src.dtype or dtype not in _TRITON_DTYPES:
+        return False
+    if not dst.is_contiguous() or dst.is_neg() != src.is_neg() or dst.is_meta:
+        return False
+    if dst.device != src.device or dst.shape != src.shape:
+        return False
+    if not 0 < dst.numel() <= _MAX_NUMEL:
+        return False
+    if max(dst.untyped_storage().nbytes(), src.untyped_storage().nbytes()) > _INT32_MAX:
+        return False
+    kernel = _copy_kernel if src.is_contiguous() else copy_slice
+    kernel.instantiate(dst.ndim)(src, out0=dst)
+    return True
 
 
 def copy_template(template: torch.Tensor) -> torch.Tensor:
