@@ -2184,6 +2184,8 @@ def test_plain_copy_fast_path_leaves_out_empty_alias_meta_and_other_devices(
     for name, (dst, src) in cases.items():
         assert not fast(dst, src), name
     assert not fast(x, torch.empty(4, 4, device="meta").t())  # (src on another device)
+    one = torch.zeros(1, 1, device=DEVICE)  # (the smallest copy it takes: one element)
+    assert fast(one, x[1:2, 3:4]) and one.item() == 7.0
     with track_paths() as paths:
         kx.copy_(*cases["empty"])
         kx.copy_(*cases["meta"])
