@@ -49,10 +49,8 @@ for step in "$@"; do
         --section-into "$OUT/launch_cache_h200.json" ${MC_ARGS:-} > "$log" 2>&1 ;;
     bd|bd-head)
       name=fork; [ $step = bd-head ] && name=head
-      for layout in transposed; do
-        COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m copyfix.measure.breakdown --layout $layout \
-          --label $name-$layout --out "$OUT/launch_breakdown_h200.json" ${BD_ARGS:-} >> "$log" 2>&1
-      done ;;
+      COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m copyfix.measure.breakdown --layout transposed \
+        --label $name-transposed --out "$OUT/launch_breakdown_h200.json" ${BD_ARGS:-} >> "$log" 2>&1 ;;
     cost-head)
       tree=/tmp/fghead && rm -rf $tree && mkdir -p $tree && cp -r .upstream/main/src $tree/
       PYTHONPATH=harness python3 -m copyfix.upstream.later --head-tree $tree > "$log" 2>&1
