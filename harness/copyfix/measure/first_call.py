@@ -116,10 +116,11 @@ def measure(rounds: int = 12, variants=tuple(VARIANTS)) -> dict:
         for a in fresh:
             key((a, y, 1), {}, salt)
         t2 = time.perf_counter()
-    from copyfix.measure.launch_cost import _op_commit
+    from copyfix.measure.launch_cost import PR3_FILES, _op_commit
 
     return {
-        "op_commit": _op_commit(),
+        # torch.add on the stock NVIDIA backend: PR 3's files are the op measured
+        "op_commit": _op_commit(PR3_FILES),
         "machine": torch.cuda.get_device_name(0),
         "versions": {
             "torch": torch.__version__,
