@@ -263,6 +263,10 @@ def test_results_keep_other_bases_and_docs_are_generated(tmp_path, monkeypatch):
     assert data["summary"]["fixed"] == 1 and data["summary"]["pass_both"] == 1
     doc = upstream_check.write_docs().read_text()
     assert "## v5.0.2, cpu mode" in doc and "## main, cpu mode" in doc
+    assert "note." not in doc
+    path.write_text(json.dumps(dict(data, note="why these cases fail")))
+    doc = upstream_check.write_docs().read_text()
+    assert "**cpu mode, note.** why these cases fail" in doc
     assert "`tests/test_a.py::t`: xpu-fault" in doc
     text = pr.read_text()
     assert (

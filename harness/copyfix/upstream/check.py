@@ -658,6 +658,9 @@ def write_docs() -> Path:
         data = json.loads(path.read_text())
         for label, sec in data["bases"].items():
             parts.append(_doc_section(mode, label, sec))
+        for key in ("note", "stale_note"):  # (a results file's own words on its runs)
+            if data.get(key):
+                parts.append(f"**{mode} mode, {key.replace('_', ' ')}.** {data[key]}\n")
     kept = _kept_ci_block()
     DOCS.write_text("\n".join(parts) + ("\n" + kept if kept else ""))
     _write_headline()
