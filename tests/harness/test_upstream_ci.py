@@ -577,3 +577,69 @@ def test_docs_block_is_replaced_and_kept_by_upstream_check(tmp_path, monkeypatch
     again = doc.read_text()
     assert again.startswith(upstream_check.DOC_INTRO) and again.endswith(block)
     assert "body" not in again
+
+
+def test_records_a_run_did_not_reach_keep_their_earlier_result(tmp_path):
+    path = tmp_path / "upstream_ci_cuda.json"
+    old = _section("main", "old1234")
+    upstream_ci.write_results(path, "main", old)
+    new = _section("main", "new5678")
+    new["date"] = "later"
+    skipped = {"rc": None, "note": upstream_ci.NOT_RUN, "passed": 0, "failed": 0}
+    new["invocations"][1] = dict(new["invocations"][1], **skipped)
+    killed = {"rc": 124, "timed_out": True, "passed": 0, "failed": 0, "errors": 0}
+    new["test_copy"]["without_pr"][0] = dict(
+        new["test_copy"]["without_pr"][0], **killed
+    )
+    new["invocations"][0] = dict(new["invocations"][0], rc=3)  # (a result: replaces)
+    sec = upstream_ci.write_results(path, "main", new)["bases"]["main"]
+    first, second = sec["invocations"]
+    assert first["rc"] == 3 and "run" not in first, "the new run's own result"
+    assert (
+        second["rc"] == 1
+        and second["pytest_runs"] == old["invocations"][1]["pytest_runs"]
+    )
+    assert second["run"] == {"date": "d", "op_commit": "old1234"}
+    assert upstream_ci.NOT_RUN in second["carried_because"]
+    (tc,) = sec["test_copy"]["without_pr"]
+    assert (
+        tc["rc"] == old["test_copy"]["without_pr"][0]["rc"] and tc["run"]["date"] == "d"
+    )
+    assert "rc 124" in tc["carried_because"]
+    # a killed run that had results is a result; an unreached one with no earlier
+    # record stays as it is
+    partial = dict(killed, passed=2)
+    newer = _section("main", "newer")
+    newer["date"] = "latest"
+    newer["test_copy"]["without_pr"][0] = dict(
+        newer["test_copy"]["without_pr"][0], **partial
+    )
+    newer["invocations"].append(dict(newer["invocations"][0], file="x.py", **skipped))
+    sec = upstream_ci.write_results(path, "main", newer)["bases"]["main"]
+    assert sec["test_copy"]["without_pr"][0]["passed"] == 2
+    assert sec["test_copy"]["without_pr"][0].get("run") is None
+    assert sec["invocations"][-1]["rc"] is None and "run" not in sec["invocations"][-1]
+
+
+def test_a_run_without_test_copy_keeps_the_bases_test_copy_records(tmp_path):
+    path = tmp_path / "upstream_ci_cuda.json"
+    old = _section("main", "old1234")
+    old["prs"] = {
+        "kunlunxin": [export.COPY_PY],
+        "generic": ["src/flag_gems/ops/copy.py"],
+    }
+    old["test_copy"]["with_pr"] = [
+        dict(old["test_copy"]["without_pr"][0], pr="kunlunxin", passed=9),
+        dict(old["test_copy"]["without_pr"][0], pr="generic", passed=7),
+    ]
+    upstream_ci.write_results(path, "main", old)
+    new = _generic_only("main", "new5678")
+    new["test_copy"] = {"which": "none", "without_pr": [], "with_pr": []}
+    tc = upstream_ci.write_results(path, "main", new)["bases"]["main"]["test_copy"]
+    assert [(r["pr"], r["passed"], r["run"]["op_commit"]) for r in tc["with_pr"]] == [
+        ("kunlunxin", 9, "old1234"),
+        ("generic", 7, "old1234"),
+    ], "each PR's record once, with the run it comes from"
+    assert [r["run"]["op_commit"] for r in tc["without_pr"]] == ["old1234"]
+    block = upstream_ci.render_block(tmp_path)
+    assert "| without PR (run d, op `old1234`) |" in block

@@ -772,11 +772,74 @@ def keep_other_prs(old: dict | None, new: dict) -> dict:
     return merged
 
 
+def _unreached(record: dict) -> bool:
+    """Whether a run's budget left ``record`` without a result: not run at all, or
+    killed (``--timeout`` / ``--budget``) before any test finished."""
+    if record.get("rc") is None:
+        return True
+    done = record.get("passed") or record.get("failed") or record.get("errors")
+    return bool(record.get("timed_out")) and not done
+
+
+def carry_unreached(old: dict | None, new: dict) -> dict:
+    """``new`` with each record its run did not reach replaced by ``old``'s record of
+    the same invocation (same PR and file; for tests/test_copy.py, same PR and
+    command), stamped with the run it comes from (``run``, as keep_other_prs does)
+    and saying what replaced it. Records ``old`` lacks stay as the new run left them."""
+    if not old:
+        return new
+    stamp = {"date": old["date"], "op_commit": old.get("op_commit")}
+
+    def carry(records, previous, key):
+        earlier = {key(r): r for r in previous}
+        out = []
+        for r in records:
+            e = earlier.get(key(r))
+            if _unreached(r) and e is not None and not _unreached(e):
+                why = r.get("note") or f"rc {r.get('rc')}"
+                e = dict(e, run=e.get("run", stamp))
+                e["carried_because"] = f"the {new['date']} run did not reach it ({why})"
+                r = e
+            out.append(r)
+        return out
+
+    merged = dict(new)
+    merged["invocations"] = carry(
+        new.get("invocations", []),
+        old.get("invocations", []),
+        lambda r: (r["pr"], r["file"]),
+    )
+    old_tc, new_tc = old.get("test_copy") or {}, new.get("test_copy") or {}
+    if new_tc.get("which") == "none" and old_tc:  # (--test-copy none: none of it ran)
+        prs = set(new.get("prs", {}))
+
+        def stamped(records):
+            return [dict(r, run=r.get("run", stamp)) for r in records]
+
+        with_pr = [r for r in old_tc.get("with_pr", []) if r["pr"] in prs]
+        merged["test_copy"] = dict(
+            old_tc,
+            with_pr=stamped(with_pr),
+            without_pr=stamped(old_tc.get("without_pr", [])),
+        )
+    elif new_tc:
+        merged["test_copy"] = dict(new_tc)
+        for side in ("with_pr", "without_pr"):
+            merged["test_copy"][side] = carry(
+                new_tc.get(side, []),
+                old_tc.get(side, []),
+                lambda r: (r.get("pr"), r["command"]),
+            )
+    return merged
+
+
 def write_results(path: Path, label: str, section: dict) -> dict:
-    """Merge one base's section into ``path`` (other bases kept); atomic (temp + rename)."""
+    """Merge one base's section into ``path`` (other bases kept; records this run's
+    budget did not reach keep their earlier result); atomic (temp + rename)."""
     data = json.loads(path.read_text()) if path.is_file() else {}
     bases = dict(data.get("bases", {}))
-    bases[label] = keep_other_prs(bases.get(label), section)
+    old = bases.get(label)
+    bases[label] = keep_other_prs(old, carry_unreached(old, section))
     data = {
         "mode": section["mode"],
         "machine": section["machine"],
@@ -827,10 +890,15 @@ def _rc(rc) -> str:
 
 def _pr_cell(record: dict) -> str:
     """The PR's name, and the run a record was carried from (keep_other_prs)."""
+    return _run_suffix(record["pr"], record)
+
+
+def _run_suffix(name: str, record: dict) -> str:
+    """``name``, and the run ``record`` was carried from, if it was."""
     run = record.get("run")
     if not run:
-        return record["pr"]
-    return f"{record['pr']} (run {run['date']}, op `{(run['op_commit'] or '?')[:7]}`)"
+        return name
+    return f"{name} (run {run['date']}, op `{(run['op_commit'] or '?')[:7]}`)"
 
 
 def _block_section(label: str, sec: dict) -> list[str]:
@@ -888,7 +956,7 @@ def _block_section(label: str, sec: dict) -> list[str]:
         if inv.get("timed_out"):
             lines.append(f"| | | {inv['note']} | | | | | |")
     tc = sec.get("test_copy") or {}
-    rows = [("without PR", r) for r in tc.get("without_pr", [])] + [
+    rows = [(_run_suffix("without PR", r), r) for r in tc.get("without_pr", [])] + [
         (f"with {_pr_cell(r)}", r) for r in tc.get("with_pr", [])
     ]
     if rows:
