@@ -22,7 +22,8 @@
 #              contiguous copy goes to native on both integrations: no Triton launch to break
 #              down), into $OUT/launch_breakdown_h200.json as fork-<layout> (the fork's copy.py over
 #              5.0.2), or after cost-head as head-<layout> (the head-like tree)
-# LC_ARGS and MC_ARGS: extra arguments of launch_cost and miss_cost (e.g. --rounds 15).
+# LC_ARGS and MC_ARGS: extra arguments of launch_cost and miss_cost (e.g. --rounds 15;
+# launch_cost --processes N: N fresh worker processes per backend, combined).
 # DEADLINE (seconds, default 560) budgets all steps.
 set -u
 cd "$(dirname "$0")/.."

@@ -2,11 +2,12 @@
 bounds, computed from the figures (pure functions, on crafted and on recorded data)."""
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from copyfix.measure.launch_cost import bounds
+from copyfix.measure.launch_cost import bounds, combine, summarize
 from copyfix.measure.miss_cost import misses_section
 
 pytestmark = pytest.mark.harness
@@ -52,3 +53,60 @@ def test_recorded_bounds_are_the_recorded_figures_own():
     data = json.loads((RESULTS / "launch_cache_h200.json").read_text())
     want = bounds(data)
     assert {k: v for k, v in data["bounds"].items() if k in want} == want
+
+
+def _row(eager, after, exact=True, name="copy_transposed"):
+    return {"name": name, "backend": "kunlunxin-emulated", "eager_us": eager,
+            "before_us": 4 * eager, "after_us": after, "cache_off_us": 4 * eager,
+            "bit_exact_vs_eager": {"after": exact, "before": True},
+            "after_hits": True}  # fmt: skip
+
+
+def test_combined_processes_read_each_process_own_ratio():
+    # ratios 2.0, 2.6, 2.4: their median is 2.4; the medians' ratio would be 22/8
+    runs = [[_row(10.0, 20.0)], [_row(8.0, 20.8)], [_row(5.0, 12.0, exact=False)]]
+    (row,) = combine(runs)
+    assert row["eager_us"] == 8.0 and row["after_us"] == 20.0
+    assert row["median_ratio"]["after_us"] == pytest.approx(2.4)
+    assert row["max_ratio"]["after_us"] == pytest.approx(2.6)
+    assert [p["after_us"] for p in row["per_process"]] == [20.0, 20.8, 12.0]
+    assert row["bit_exact_vs_eager"] == {"after": False, "before": True}
+    assert row["after_hits"] is True
+    s = summarize([row])["kunlunxin-emulated"]
+    assert s["max_after_over_aten"] == pytest.approx(2.4)
+    assert bounds({"summary": {"kunlunxin-emulated": s}})[
+        "kunlunxin-emulated each after/aten <= 2.5 (issue 32)"
+    ]
+    # one process alone is the old reading: its own ratio
+    assert summarize(runs[1])["kunlunxin-emulated"]["max_after_over_aten"] == 2.6
+
+
+def test_combined_processes_must_hold_the_same_rows():
+    with pytest.raises(ValueError, match="in 1 of 2 runs"):
+        combine([[_row(1.0, 2.0)], [_row(1.0, 2.0, name="copy_step_slice")]])
+
+
+def test_worker_processes_are_run_and_combined(monkeypatch, tmp_path):
+    from copyfix.measure import launch_cost
+
+    seen, real_run = [], subprocess.run
+
+    def fake_run(cmd, **kwargs):
+        if cmd[1:3] != ["-m", "copyfix.measure.launch_cost"]:
+            return real_run(cmd, **kwargs)  # (git, for the record's op_commit)
+        assert kwargs == {"check": True} and cmd[3] == "nvidia"
+        out = Path(cmd[cmd.index("--out") + 1])
+        seen.append(cmd)
+        row = {**_row(10.0, 20.0 + len(seen)), "backend": "nvidia"}
+        info = {"rounds": int(cmd[cmd.index("--rounds") + 1])}
+        out.write_text(json.dumps({"ops": [row], "runs": {"nvidia": info}}))
+
+    monkeypatch.setattr("subprocess.run", fake_run)
+    out = tmp_path / "r.json"
+    args = ["nvidia", "--out", str(out), "--processes", "3", "--rounds", "7"]
+    assert launch_cost.main(args) == 0
+    data = json.loads(out.read_text())
+    assert len(seen) == 3 and data["runs"]["nvidia"] == {"rounds": 7, "processes": 3}
+    (row,) = data["ops"]
+    assert row["median_ratio"]["after_us"] == pytest.approx(2.2)
+    assert len(row["per_process"]) == 3

@@ -23,6 +23,10 @@ after (this composition, cache on), and "cache off" (this composition with the
 switch off: what the first call of a signature costs, minus the recording).
 Each op's result is compared bit for bit with eager, before and after.
 The JSON is merged by (name, backend), so the two backends can run as two processes.
+
+``--processes N``: the measurement runs in N fresh worker processes, one after another,
+and each row combines them (:func:`combine`): a ratio is then the median over the
+processes of each process's own ratio, every process's figures kept beside it.
 """
 
 from __future__ import annotations
@@ -302,7 +306,68 @@ def _base_label() -> str:
 
 
 def _ratio(r, key):
-    return r[key] / r["eager_us"]
+    """A row's ``key`` over its eager column: the median over worker processes of
+    each process's own ratio where the row combines several (:func:`combine`)."""
+    median = r.get("median_ratio", {}).get(key)
+    return median if median is not None else r[key] / r["eager_us"]
+
+
+def combine(runs: list) -> list:
+    """One row per (name, backend) from several worker processes' rows (``runs``,
+    one list of rows per process, as :func:`measure` returns them), pyperf-style: a
+    process's speed varies with where and when it runs (the same copy_ took 15.8 and
+    22.3 µs in two processes of one machine start), so one process is one sample.
+
+    Each µs column is the median over processes, each process's columns are kept
+    (``per_process``), ``median_ratio`` and ``max_ratio`` hold, per column, the median
+    and maximum over processes of that process's own column/eager (what the bounds
+    read: each ratio is taken within one process and run), and a bit-for-bit check is
+    true only if it held in every process."""
+    rows_of = {}
+    for rows in runs:
+        for r in rows:
+            rows_of.setdefault((r["name"], r["backend"]), []).append(r)
+    out = []
+    for (name, backend), rows in rows_of.items():
+        if len(rows) != len(runs):
+            raise ValueError(f"{backend} {name}: in {len(rows)} of {len(runs)} runs")
+        cols = [k for k in rows[0] if k.endswith("_us")]
+        row = {"name": name, "backend": backend}
+        row.update({k: statistics.median(r[k] for r in rows) for k in cols})
+        for k, v in rows[0].items():
+            if isinstance(v, dict):
+                row[k] = {c: all(r[k][c] for r in rows) for c in v}
+            elif isinstance(v, bool):
+                row[k] = all(r[k] for r in rows)
+        ratios = {
+            k: [r[k] / r["eager_us"] for r in rows] for k in cols if k != "eager_us"
+        }
+        row["median_ratio"] = {k: statistics.median(v) for k, v in ratios.items()}
+        row["max_ratio"] = {k: max(v) for k, v in ratios.items()}
+        row["per_process"] = [{k: r[k] for k in cols} for r in rows]
+        out.append(row)
+    return out
+
+
+def _in_processes(args) -> tuple:
+    """:func:`measure` in ``args.processes`` fresh interpreters, one after another
+    (same environment and arguments), combined by :func:`combine`."""
+    import subprocess
+    import tempfile
+
+    runs, info = [], None
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.processes):
+            out = Path(tmp) / f"worker{i}.json"
+            cmd = [sys.executable, "-m", "copyfix.measure.launch_cost", args.backend,
+                   "--out", str(out), "--calls", str(args.calls),
+                   "--rounds", str(args.rounds)]  # fmt: skip
+            print(f"--- worker process {i + 1} of {args.processes}", flush=True)
+            subprocess.run(cmd, check=True)
+            data = json.loads(out.read_text())
+            runs.append([r for r in data["ops"] if r["backend"] == args.backend])
+            info = info or data["runs"][args.backend]
+    return combine(runs), {**info, "processes": args.processes}
 
 
 def summarize(ops: list) -> dict:
@@ -369,8 +434,17 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--profile", action="store_true", help="cProfile each op's after-path"
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="measure in this many fresh worker processes and combine them",
+    )
     args = parser.parse_args(argv)
-    records, run = measure(args.backend, args.calls, args.rounds, args.profile)
+    if args.processes > 1:
+        records, run = _in_processes(args)
+    else:
+        records, run = measure(args.backend, args.calls, args.rounds, args.profile)
     data = json.loads(args.out.read_text()) if args.out.is_file() else {}
     keep = [r for r in data.get("ops", []) if r["backend"] != args.backend]
     data["op_commit"] = _op_commit()
@@ -403,7 +477,13 @@ def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> li
         lines.append(
             f"- {backend}: {run['machine']}, mode `{run['mode']}`, torch {run['torch']}, "
             f"triton {run['triton']}, base {run['flag_gems_base']}; "
-            f"{run['rounds']} alternating rounds of {run['calls_per_round']} calls, median."
+            f"{run['rounds']} alternating rounds of {run['calls_per_round']} calls, median"
+            + (
+                f"; in {run['processes']} worker processes, each ratio the median of the "
+                "processes' own ratios."
+                if run.get("processes", 1) > 1
+                else "."
+            )
         )
     lines += [
         f"- op `{(data.get('op_commit') or 'unknown')[:12]}`, {data.get('date', '')}. "
@@ -420,9 +500,21 @@ def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> li
         lines.append(
             f"| {r['backend']} | {r['name']} | {r['eager_us']:.1f} | {r['before_us']:.1f} "
             f"| {r['after_us']:.1f} | {r.get('cache_off_us', r['after_us']):.1f} "
-            f"| {r['before_us'] / r['eager_us']:.2f} | {r['after_us'] / r['eager_us']:.2f} "
+            f"| {_ratio(r, 'before_us'):.2f} | {_ratio(r, 'after_us'):.2f} "
             f"| {'n/a' if same is None else ('yes' if same else '**NO**')} |"
         )
+    per_process = [r for r in data["ops"] if r.get("per_process")]
+    if per_process:
+        lines += [
+            "",
+            "after/eager in each worker process (the table: their median):",
+            "",
+        ]
+    for r in per_process:
+        each = ", ".join(
+            f"{p['after_us'] / p['eager_us']:.2f}" for p in r["per_process"]
+        )
+        lines.append(f"- {r['backend']} {r['name']}: {each}")
     nv, kx = s.get("nvidia", {}), s.get("kunlunxin-emulated", {})
     if nv:
         lines += [
