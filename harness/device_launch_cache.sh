@@ -22,13 +22,15 @@
 #              contiguous copy goes to native on both integrations: no Triton launch to break
 #              down), into $OUT/launch_breakdown_h200.json as fork-<layout> (the fork's copy.py over
 #              5.0.2), or after cost-head as head-<layout> (the head-like tree)
-# LC_ARGS and MC_ARGS: extra arguments of launch_cost and miss_cost (e.g. --rounds 15;
-# launch_cost --processes N: N fresh worker processes per backend, combined).
+# LC_ARGS and MC_ARGS: extra arguments of launch_cost and miss_cost. LC_ARGS defaults to the
+# recorded protocol, --processes 5 --rounds 19 (5 fresh worker processes per backend, each
+# ratio the median of theirs; the 15:08 start of 2026-12-04 ran 15 rounds because a caller's
+# LC_ARGS named --processes 5 alone): set LC_ARGS to measure anything else.
 # DEADLINE (seconds, default 560) budgets all steps.
 set -u
 cd "$(dirname "$0")/.."
 REPO=$PWD
-: "${OUT:=/tmp/out}" "${DEADLINE:=560}"
+: "${OUT:=/tmp/out}" "${DEADLINE:=560}" "${LC_ARGS=--processes 5 --rounds 19}"
 LOGS=/tmp/lclogs && rm -rf $LOGS && mkdir -p $LOGS "$OUT"
 left() { local n=$((DEADLINE - SECONDS)); echo $((n > 1 ? n : 1)); }
 export COPYFIX_OP_COMMIT="${COPYFIX_OP_COMMIT:-}" PYTHONUNBUFFERED=1
