@@ -743,7 +743,7 @@ def render(data: dict) -> str:
         "make mutate JOBS=16 MUTATE_ARGS='--scope full'",
         "make mutate MUTATE_ARGS=--rerun-survivors  # after adding tests",
         "# two machines, one session: each runs its hash buckets of a copy, then",
-        "make mutate MUTATE_ARGS='--resume --part 0/4'  # here; the device: harness/device_mutate.sh",
+        "make mutate MUTATE_ARGS='--resume --part 0/4'  # here; the device: harness/device/mutate.sh",
         ".venv/bin/python -m copyfix.mutation merge <returned folder>",
         "```",
         "",

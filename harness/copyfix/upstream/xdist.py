@@ -8,8 +8,8 @@ included), so giving the controller's table an empty entry first lets upstream's
 work unchanged; upstream main's conftest does the same itself (``setdefault``).  The
 checkout and its conftest are left as they are.
 
-Loaded alone (``-p copyfix.upstream.xdist``, harness/device_launch_cache.sh and
-device_to_copy.sh) it changes nothing else: no emulation, no selection.
+Loaded alone (``-p copyfix.upstream.xdist``, harness/device/launch_cache.sh and
+harness/device/to_copy.sh) it changes nothing else: no emulation, no selection.
 ``copyfix.upstream.plugin`` (upstream-check, upstream-ci) calls
 :func:`give_results_an_entry` from its own hookwrapper.
 """

@@ -2,13 +2,13 @@
 # Harness (PR 2): the generic copy_ on the lent NVIDIA machine, FlagGems' own NVIDIA backend
 # (GEMS_VENDOR=nvidia, compiled Triton, no kunlunxin emulation), over bases 5.0.2 and main.
 #
-#   OUT=<dir> COPYFIX_OP_COMMIT=<sha> bash harness/device_pr2.sh          # on the GPU box
-#   DRY_RUN_CPU=1 OUT=/tmp/pr2out bash harness/device_pr2.sh             # plumbing only, CPU
+#   OUT=<dir> COPYFIX_OP_COMMIT=<sha> bash harness/device/pr2.sh          # on the GPU box
+#   DRY_RUN_CPU=1 OUT=/tmp/pr2out bash harness/device/pr2.sh             # plumbing only, CPU
 #
 # Steps, in this order (budgeted against DEADLINE seconds, default 570; JOBS processes,
 # default 16; gc-main mostly reuses gc-5.0.2's compiled kernels):
 #   gc-5.0.2, gc-main  python -m copyfix.measure.generic_conversions on the repo composed over the
-#                      5.0.2 wheel (device_env.sh) and over main (.upstream/main/src):
+#                      5.0.2 wheel (harness/device/env.sh) and over main (.upstream/main/src):
 #                      before (pre-image) / after (overlay) over 15 dtypes x 3 layouts
 #   up-main, up-5.0.2  the PR test file dropped into a copy of the upstream checkout
 #                      (.upstream/main, .upstream/v5.0.2: src/ and tests/), run with
@@ -25,7 +25,7 @@
 # are not PR 2's), upstream checkouts from UPSTREAM_MAIN / UPSTREAM_502; writes
 # generic_conversions_dryrun.json instead.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 REPO=$PWD
 : "${OUT:=/tmp/out}" "${DEADLINE:=570}" "${JOBS:=16}" "${DRY_RUN_CPU:=0}"
 LOGS=/tmp/pr2logs && rm -rf $LOGS && mkdir -p $LOGS "$OUT"
@@ -43,13 +43,13 @@ if [ "$DRY_RUN_CPU" = 1 ]; then
   UP_PLUGIN="-p copyfix.upstream.plugin" && export COPYFIX_EMULATION=cpu
   main_tree() { cp -r "$UP_MAIN/src" /tmp/fgmain/; }
 else
-  . harness/device_env.sh > $LOGS/env.log 2>&1  # /tmp/site wheels, build/composed over 5.0.2
+  . harness/device/env.sh > $LOGS/env.log 2>&1  # /tmp/site wheels, build/composed over 5.0.2
   unset COPYFIX_EMULATION
   PY=python3 MODE=cuda GC_JSON=$OUT/generic_conversions_h200.json
   UP_MAIN=.upstream/main UP_502=.upstream/v5.0.2
   SITE=/tmp/site:$REPO/build/composed:$REPO/harness UP_PLUGIN=""
   MAIN_SITE=/tmp/site:/tmp/pr2main/build/composed:/tmp/pr2main/harness
-  main_tree() { cp -r .upstream/main/src /tmp/fgmain/; }  # (.upstream/main.tgz, unpacked by device_env.sh)
+  main_tree() { cp -r .upstream/main/src /tmp/fgmain/; }  # (.upstream/main.tgz, unpacked by harness/device/env.sh)
 fi
 # a later call (a fresh machine) adds its steps to an earlier call's files, when given them
 [ -n "${GC_PREV:-}" ] && cp "$GC_PREV" "$GC_JSON"

@@ -3,14 +3,14 @@
 # and main: the generic op on FlagGems' own NVIDIA backend (GEMS_VENDOR=nvidia, compiled
 # Triton, no emulation), the KunlunXIN op in the cuda emulation, and upstream's tests.
 #
-#   OUT=<dir> bash harness/device_to_copy.sh                          # on the GPU box
-#   DRY_RUN_CPU=1 OUT=/tmp/tc27out bash harness/device_to_copy.sh     # plumbing only, CPU
+#   OUT=<dir> bash harness/device/to_copy.sh                          # on the GPU box
+#   DRY_RUN_CPU=1 OUT=/tmp/tc27out bash harness/device/to_copy.sh     # plumbing only, CPU
 #
 # Steps, in this order (budgeted against DEADLINE seconds, default 570; JOBS processes,
 # default 16; the main steps mostly reuse the 5.0.2 steps' compiled kernels):
 #   tc-5.0.2, tc-main  python -m copyfix.measure.generic_conversions --op to_copy (the generic
 #                      ops/to.py: pre-image before, overlay after, 15 dtypes x 3 layouts)
-#                      on the repo composed over the 5.0.2 wheel (device_env.sh) and over
+#                      on the repo composed over the 5.0.2 wheel (harness/device/env.sh) and over
 #                      main (.upstream/main/src)
 #   kx-5.0.2, kx-main  the same for --op kunlunxin_to_copy in the kunlunxin cuda
 #                      emulation, into the file's "kunlunxin" section
@@ -34,7 +34,7 @@
 # upstream checkouts from UPSTREAM_MAIN /
 # UPSTREAM_502; writes to_copy_conversions_dryrun.json instead.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 REPO=$PWD
 : "${OUT:=/tmp/out}" "${DEADLINE:=570}" "${JOBS:=16}" "${DRY_RUN_CPU:=0}"
 LOGS=/tmp/tclogs27 && rm -rf $LOGS && mkdir -p $LOGS "$OUT"
@@ -56,7 +56,7 @@ if [ "$DRY_RUN_CPU" = 1 ]; then
   UP_PLUGIN="-p copyfix.upstream.plugin" && export COPYFIX_EMULATION=cpu
   : "${UP_ARGS:=--quick}" "${K_PR:=to_copy and uint8}" "${K_UP:=uint8}"
 else
-  . harness/device_env.sh > $LOGS/env.log 2>&1  # /tmp/site wheels, build/composed over 5.0.2
+  . harness/device/env.sh > $LOGS/env.log 2>&1  # /tmp/site wheels, build/composed over 5.0.2
   unset COPYFIX_EMULATION
   PY=python3 MODE=cuda TC_JSON=$OUT/to_copy_conversions_h200.json
   UP_MAIN=.upstream/main UP_502=.upstream/v5.0.2

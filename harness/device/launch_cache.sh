@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Harness (PR 3): the launch cache on the lent NVIDIA machine.
-#   OUT=<dir> bash harness/device_launch_cache.sh STEP...
+#   OUT=<dir> bash harness/device/launch_cache.sh STEP...
 # Steps:
 #   cost       python -m copyfix.measure.launch_cost nvidia, then kunlunxin-emulated (cuda
 #              emulation), into $OUT/launch_cache_h200.json (one run, one machine start)
@@ -28,13 +28,13 @@
 # LC_ARGS named --processes 5 alone): set LC_ARGS to measure anything else.
 # DEADLINE (seconds, default 560) budgets all steps.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 REPO=$PWD
 : "${OUT:=/tmp/out}" "${DEADLINE:=560}" "${LC_ARGS=--processes 5 --rounds 19}"
 LOGS=/tmp/lclogs && rm -rf $LOGS && mkdir -p $LOGS "$OUT"
 left() { local n=$((DEADLINE - SECONDS)); echo $((n > 1 ? n : 1)); }
 export COPYFIX_OP_COMMIT="${COPYFIX_OP_COMMIT:-}" PYTHONUNBUFFERED=1
-. harness/device_env.sh > $LOGS/env.log 2>&1
+. harness/device/env.sh > $LOGS/env.log 2>&1
 unset COPYFIX_EMULATION
 UP_TESTS="test_pointwise_dynamic.py test_pointwise_type_promotion.py test_copy.py test_to_copy.py
   test_sigmoid.py test_relu.py test_abs.py test_add.py test_mul.py test_where_self_out.py

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Harness: the GPU runs behind the recorded figures, on the lent NVIDIA machine (cuda mode).
-#   bash harness/device_run.sh STEP...
+#   bash harness/device/run.sh STEP...
 # Steps: probe suite bench main-suite upstream main-upstream
-# upstream-ci main-upstream-ci pr2. (Host cost per call: harness/device_launch_cache.sh cost.) JSON results land in $OUT, the logs in
+# upstream-ci main-upstream-ci pr2. (Host cost per call: harness/device/launch_cache.sh cost.) JSON results land in $OUT, the logs in
 # $OUT/logs.tgz (the device tool brings back at most 8 files). Upstream FlagGems travels
 # in .upstream/ (git-ignored; made from the fetched mirror, never committed):
 #   G=<mirror git dir>; mkdir -p .upstream
@@ -11,12 +11,12 @@
 # and is unpacked here into .upstream/main and .upstream/v5.0.2.
 # BENCH_ARGS, UPSTREAM_LIMIT and DEADLINE (seconds for all steps) budget the run.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 : "${OUT:=/tmp/out}" "${DEADLINE:=570}" "${UPSTREAM_LIMIT:=80}" "${BENCH_ARGS:=}"
 LOGS=/tmp/devlogs && mkdir -p $LOGS
 export COPYFIX_OP_COMMIT="${COPYFIX_OP_COMMIT:-}"
 for t in .upstream/*.tgz; do [ -e "$t" ] && tar -xzf "$t" -C .upstream; done
-. harness/device_env.sh > $LOGS/env.log 2>&1
+. harness/device/env.sh > $LOGS/env.log 2>&1
 main_env() {  # a second copy of the repo, composed over FlagGems main
   if [ ! -d /tmp/rmain ]; then
     mkdir -p /tmp/fgmain && cp -r .upstream/main/src /tmp/fgmain/
@@ -49,7 +49,7 @@ for step in "$@"; do
       timeout "$(left)" python3 -m copyfix.upstream.ci "$ck" --mode cuda --label $lb \
         --machine "nvidia-h200: 1 H200, 16 CPU cores" --no-docs --results "$OUT/upstream_ci_cuda.json" \
         ${UPSTREAM_CI_ARGS:-} > "$log" 2>&1 ;;
-    pr2) DEADLINE=$(( $(left) - 10 )) timeout "$(left)" bash harness/device_pr2.sh > "$log" 2>&1; cp /tmp/pr2logs/*.log $LOGS/ 2>/dev/null ;;
+    pr2) DEADLINE=$(( $(left) - 10 )) timeout "$(left)" bash harness/device/pr2.sh > "$log" 2>&1; cp /tmp/pr2logs/*.log $LOGS/ 2>/dev/null ;;
   esac
   echo "=== $step rc=$? $(date +%T)"; grep -v -i "warn" "$log" | tail -n 4
 done

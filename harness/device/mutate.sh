@@ -4,12 +4,12 @@
 #   mkdir -p .mutdev && cp build/mutation/cpu/session.sqlite .mutdev/
 #   (run.json without "baseline_s", so that the device runs its own baseline)
 # and .whl/ with cosmic-ray 8.7.0, the dependencies the image lacks, and
-# flag_gems-5.0.2 (see harness/device_env.sh); both git-ignored, carried by the call.
-#   bash harness/device_mutate.sh PART JOBS BUDGET_MIN
+# flag_gems-5.0.2 (see harness/device/env.sh); both git-ignored, carried by the call.
+#   bash harness/device/mutate.sh PART JOBS BUDGET_MIN
 # Back here: python -m copyfix.mutation merge <the folder holding the returned
 # session.sqlite and run.json>.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 : "${OUT:=/tmp/out}"
 part=$1 jobs=$2 budget=$3
 # into the image's own environment (python3 is a venv there; a venv made from it would

@@ -1,8 +1,8 @@
 # Source on the lent NVIDIA machine (no network): carried wheels + a composed flag_gems, cuda mode.
-#   . harness/device_env.sh
+#   . harness/device/env.sh
 # .whl/ holds flag_gems-5.0.2, sqlalchemy, greenlet and the lint tools (cp312), fetched here with
 # `pip download` as the device tool's README shows; torch/triton/pytest come with the image.
-# upstream FlagGems checkouts travel as .upstream/<name>.tgz (see device_run.sh): unpack
+# upstream FlagGems checkouts travel as .upstream/<name>.tgz (see harness/device/run.sh): unpack
 # each one not unpacked yet
 for t in .upstream/*.tgz; do
   [ -e "$t" ] && [ ! -d ".upstream/$(basename "$t" .tgz)" ] && tar -xzf "$t" -C .upstream

@@ -2,7 +2,7 @@
 # Harness: `make upstream-ci` in cuda mode on the lent NVIDIA machine (no network), for
 # FlagGems main of 2026-08-21 and v5.0.2: upstream's tools/test-op.sh once per PR file
 # with the KunlunXIN device model on, and upstream's tests/test_copy.py with/without PR.
-#   OUT=/tmp/out DEADLINE=540 bash harness/device_upstream_ci.sh
+#   OUT=/tmp/out DEADLINE=540 bash harness/device/upstream_ci.sh
 # Result: $OUT/upstream_ci_cuda.json (both bases; the committed one is the starting point,
 # so bases not run this time are kept), logs in $OUT/upstream_ci_logs.tgz.
 #
@@ -16,16 +16,16 @@
 # coverage (upstream's test-op.sh runs `coverage run -m pytest`) is a wheel in .whl/
 # (`pip download coverage==7.10.7 --no-deps --only-binary=:all: --python-version 3.12
 # --platform manylinux_2_28_x86_64 -d .whl`: the box's python3 is 3.12),
-# installed by harness/device_env.sh into /tmp/site; its script is /tmp/site/bin/coverage.
+# installed by harness/device/env.sh into /tmp/site; its script is /tmp/site/bin/coverage.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 : "${OUT:=/tmp/out}" "${DEADLINE:=540}"
 LOGS=/tmp/upstream_ci_logs && mkdir -p "$LOGS" "$OUT"
 for t in .upstream/main.tgz .upstream/v5.0.2.tgz; do
   d=.upstream/$(basename "$t" .tgz)
   [ -d "$d" ] || { [ -f "$t" ] && tar -xzf "$t" -C .upstream; }
 done
-. harness/device_env.sh > "$LOGS/env.log" 2>&1
+. harness/device/env.sh > "$LOGS/env.log" 2>&1
 export UPSTREAM_CI_PATH_PREPEND="/tmp/site/bin${UPSTREAM_CI_PATH_PREPEND:+:$UPSTREAM_CI_PATH_PREPEND}"
 export COPYFIX_OP_COMMIT="${COPYFIX_OP_COMMIT:-}"  # the tree travels without .git
 RESULTS="$OUT/upstream_ci_cuda.json"
