@@ -110,3 +110,56 @@ def test_worker_processes_are_run_and_combined(monkeypatch, tmp_path):
     (row,) = data["ops"]
     assert row["median_ratio"]["after_us"] == pytest.approx(2.2)
     assert len(row["per_process"]) == 3
+
+
+def _start(date, ratios_by_process, rounds=19, backend="kunlunxin-emulated"):
+    """A start whose three strided layouts each ran in len(ratios_by_process) processes
+    of aten 10 us, process i at ratios_by_process[i]."""
+    from copyfix.measure.launch_cost import _STRIDED
+
+    rows = []
+    for name in _STRIDED:
+        runs = [[_row(10.0, 10.0 * r, name=name)] for r in ratios_by_process]
+        rows += combine(runs) if len(runs) > 1 else runs[0]
+    for r in rows:
+        r["backend"] = backend
+    n = len(ratios_by_process)
+    return {"date": date, "ops": rows, "runs": {backend: {"processes": n, "rounds": rounds}},
+            "summary": {"nvidia": {"median_after_over_eager": 2.2}}}  # fmt: skip
+
+
+def test_starts_table_reads_each_start_and_counts_single_processes():
+    from copyfix.measure.launch_cost import start_row, starts_table
+
+    # median of five 2.4 although two processes exceed 2.5; a single process at 2.51
+    data = _start("A", [2.3, 2.4, 2.6, 2.7, 2.35])
+    data["same_op_other_starts"] = [_start("B", [2.51], rounds=15)]
+    row = start_row(data, "kunlunxin-emulated")
+    assert row["ratios"] == pytest.approx([2.4] * 3)
+    assert (row["over"], row["samples"]) == (6, 15)
+    assert row["aten_us"] == (10.0, 10.0)
+    assert start_row(data, "kunlunxin-emulated-head") is None
+    table = [
+        line
+        for line in starts_table(data)
+        if line.startswith("| A") or line.startswith("| B")
+    ]
+    assert table == [
+        "| A (the record) | 5 x 19 | fork | 2.40 / 2.40 / 2.40 | yes | 10.0-10.0 | 6 of 15 | 2.20 |",
+        "| B | 1 x 15 | fork | 2.51 / 2.51 / 2.51 | **no** | 10.0-10.0 | 3 of 3 | 2.20 |",
+    ]
+
+
+def test_starts_table_agrees_with_each_recorded_starts_own_bounds():
+    from copyfix.measure.launch_cost import _KX, starts_table
+
+    data = json.loads((RESULTS / "launch_cache_h200.json").read_text())
+    starts = [data, *data.get("same_op_other_starts", [])]
+    rows = [line for line in starts_table(data) if line.startswith("| 20")]
+    want = []
+    for start in starts:
+        for backend in _KX:
+            key = f"{backend} each after/aten <= 2.5 (issue 32)"
+            if key in start.get("bounds", {}):
+                want.append(start["bounds"][key])
+    assert [("| yes |" in line) for line in rows] == want

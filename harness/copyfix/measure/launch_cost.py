@@ -554,16 +554,66 @@ def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> li
             f"Upstream tests with PR 3, {base}: {t['passed']} passed, {t['failed']} failed, "
             f"{t['skipped']} skipped ({len(t['files'])} files)."
         )
-    for other in data.get("same_op_other_starts", []):
-        o = other["summary"]
-        nv, kx, head = (o.get(k, {}) for k in ("nvidia", *_KX))
-        lines.append(
-            f"Another machine start on the same op ({other.get('date', '')}): nvidia "
-            f"median after/eager {nv.get('median_after_over_eager', float('nan')):.2f}, "
-            f"kunlunxin-emulated at most {kx.get('max_after_over_aten', float('nan')):.2f}, "
-            f"head at most {head.get('max_after_over_aten', float('nan')):.2f}."
-        )
-    return lines
+    return lines + starts_table(data)
 
 
 _KX = ("kunlunxin-emulated", "kunlunxin-emulated-head")
+# The copy_ layouts issue 32 bounds (contiguous goes to native on both integrations)
+_STRIDED = ("copy_transposed", "copy_expanded_sdpa_mask", "copy_step_slice")
+COPY_BOUND = 2.5
+
+
+def start_row(start: dict, backend: str) -> dict | None:
+    """One machine start's strided copy_ rows of ``backend``: each layout's after/aten
+    (as the record reads it), aten's range over those rows (every worker process), and
+    how many single-process ratios exceed :data:`COPY_BOUND`; None if it lacks them."""
+    rows = {r["name"]: r for r in start["ops"] if r["backend"] == backend}
+    if not all(name in rows for name in _STRIDED):
+        return None
+    samples = [
+        (p["eager_us"], p["after_us"] / p["eager_us"])
+        for name in _STRIDED
+        for p in rows[name].get("per_process") or [rows[name]]
+    ]
+    return {
+        "ratios": [_ratio(rows[name], "after_us") for name in _STRIDED],
+        "aten_us": (min(e for e, _ in samples), max(e for e, _ in samples)),
+        "over": sum(ratio > COPY_BOUND for _, ratio in samples),
+        "samples": len(samples),
+    }
+
+
+def starts_table(data: dict) -> list[str]:
+    """Every machine start of the record's op (the record, then same_op_other_starts):
+    protocol, and per integration the strided layouts' after/aten, whether each is
+    within the bound, aten's range and the single processes above it."""
+    lines = [
+        "",
+        f"Every start on op `{(data.get('op_commit') or 'unknown')[:7]}`, KunlunXIN "
+        "`copy_` after/aten (transposed / SDPA mask / step slice; bound "
+        f"{COPY_BOUND}); single processes above it, of all; NVIDIA median after/eager:",
+        "",
+        "| start | processes x rounds | integration | after/aten | within | aten µs "
+        "| processes above | nvidia median |",
+        "|---|---|---|---|---|---|---:|---:|",
+    ]
+    for i, start in enumerate([data, *data.get("same_op_other_starts", [])]):
+        runs = start.get("runs", {})
+        nv = start.get("summary", {}).get("nvidia", {})
+        for backend in _KX:
+            row = start_row(start, backend)
+            if row is None:
+                continue
+            run = runs.get(backend, {})
+            ok = all(r <= COPY_BOUND for r in row["ratios"])
+            lines.append(
+                f"| {start.get('date', '')}{' (the record)' if i == 0 else ''} "
+                f"| {run.get('processes', 1)} x {run.get('rounds', '?')} "
+                f"| {'head' if backend.endswith('head') else 'fork'} "
+                f"| {' / '.join(f'{r:.2f}' for r in row['ratios'])} "
+                f"| {'yes' if ok else '**no**'} "
+                f"| {row['aten_us'][0]:.1f}-{row['aten_us'][1]:.1f} "
+                f"| {row['over']} of {row['samples']} "
+                f"| {nv.get('median_after_over_eager', float('nan')):.2f} |"
+            )
+    return lines
