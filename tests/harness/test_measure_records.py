@@ -163,3 +163,17 @@ def test_starts_table_agrees_with_each_recorded_starts_own_bounds():
             if key in start.get("bounds", {}):
                 want.append(start["bounds"][key])
     assert [("| yes |" in line) for line in rows] == want
+
+
+def test_phase_table_groups_single_processes_by_aten_time():
+    from copyfix.measure.launch_cost import phase_table
+
+    calm = _start("A", [2.3, 2.4, 2.6])  # aten 10 us in every process: the slow group
+    for r in calm["ops"]:
+        for p in r["per_process"]:
+            p["eager_us"], p["after_us"] = 6.0, 6.0 * p["after_us"] / 10.0
+    data = {**calm, "same_op_other_starts": [_start("B", [2.51])]}
+    assert phase_table(data)[-2:] == [
+        "| < 8 | 9 | 6 | 2.40 | 2.60 |",
+        "| >= 8 | 3 | 0 | 2.51 | 2.51 |",
+    ]

@@ -554,7 +554,7 @@ def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> li
             f"Upstream tests with PR 3, {base}: {t['passed']} passed, {t['failed']} failed, "
             f"{t['skipped']} skipped ({len(t['files'])} files)."
         )
-    return lines + starts_table(data)
+    return lines + starts_table(data) + phase_table(data)
 
 
 _KX = ("kunlunxin-emulated", "kunlunxin-emulated-head")
@@ -581,6 +581,40 @@ def start_row(start: dict, backend: str) -> dict | None:
         "over": sum(ratio > COPY_BOUND for _, ratio in samples),
         "samples": len(samples),
     }
+
+
+# aten's own copy time (µs) splitting a host's calm phases from its slow ones
+ATEN_SLOW_US = 8.0
+
+
+def phase_table(data: dict) -> list[str]:
+    """Every single-process strided copy_ ratio of every start on the record's op,
+    grouped by aten's own time in that process (calm below :data:`ATEN_SLOW_US`):
+    how many are within :data:`COPY_BOUND`, their median and maximum."""
+    samples = [
+        (p["eager_us"], p["after_us"] / p["eager_us"])
+        for start in [data, *data.get("same_op_other_starts", [])]
+        for r in start["ops"]
+        if r["backend"] in _KX and r["name"] in _STRIDED
+        for p in r.get("per_process") or [r]
+    ]
+    if not samples:
+        return []
+    lines = [
+        "",
+        "The same single-process ratios by aten's own time in that process (the host's phase):",
+        "",
+        "| aten µs | processes | within 2.5x | median after/aten | max |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, slow in ((f"< {ATEN_SLOW_US:g}", False), (f">= {ATEN_SLOW_US:g}", True)):
+        group = [ratio for aten, ratio in samples if (aten >= ATEN_SLOW_US) == slow]
+        if group:
+            lines.append(
+                f"| {name} | {len(group)} | {sum(r <= COPY_BOUND for r in group)} "
+                f"| {statistics.median(group):.2f} | {max(group):.2f} |"
+            )
+    return lines
 
 
 def starts_table(data: dict) -> list[str]:
