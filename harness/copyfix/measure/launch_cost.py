@@ -563,6 +563,20 @@ _STRIDED = ("copy_transposed", "copy_expanded_sdpa_mask", "copy_step_slice")
 COPY_BOUND = 2.5
 
 
+def _starts(data: dict) -> list[dict]:
+    """The record's own start, then the other starts on its op."""
+    return [data, *data.get("same_op_other_starts", [])]
+
+
+def _process_samples(row: dict) -> list[tuple[float, float]]:
+    """(aten µs, after/aten) of each worker process of ``row`` (the row itself where
+    it ran in one process)."""
+    return [
+        (p["eager_us"], p["after_us"] / p["eager_us"])
+        for p in row.get("per_process") or [row]
+    ]
+
+
 def start_row(start: dict, backend: str) -> dict | None:
     """One machine start's strided copy_ rows of ``backend``: each layout's after/aten
     (as the record reads it), aten's range over those rows (every worker process), and
@@ -570,11 +584,7 @@ def start_row(start: dict, backend: str) -> dict | None:
     rows = {r["name"]: r for r in start["ops"] if r["backend"] == backend}
     if not all(name in rows for name in _STRIDED):
         return None
-    samples = [
-        (p["eager_us"], p["after_us"] / p["eager_us"])
-        for name in _STRIDED
-        for p in rows[name].get("per_process") or [rows[name]]
-    ]
+    samples = [s for name in _STRIDED for s in _process_samples(rows[name])]
     return {
         "ratios": [_ratio(rows[name], "after_us") for name in _STRIDED],
         "aten_us": (min(e for e, _ in samples), max(e for e, _ in samples)),
@@ -592,11 +602,11 @@ def phase_table(data: dict) -> list[str]:
     grouped by aten's own time in that process (calm below :data:`ATEN_SLOW_US`):
     how many are within :data:`COPY_BOUND`, their median and maximum."""
     samples = [
-        (p["eager_us"], p["after_us"] / p["eager_us"])
-        for start in [data, *data.get("same_op_other_starts", [])]
+        s
+        for start in _starts(data)
         for r in start["ops"]
         if r["backend"] in _KX and r["name"] in _STRIDED
-        for p in r.get("per_process") or [r]
+        for s in _process_samples(r)
     ]
     if not samples:
         return []
@@ -631,7 +641,7 @@ def starts_table(data: dict) -> list[str]:
         "| processes above | nvidia median |",
         "|---|---|---|---|---|---|---:|---:|",
     ]
-    for i, start in enumerate([data, *data.get("same_op_other_starts", [])]):
+    for i, start in enumerate(_starts(data)):
         runs = start.get("runs", {})
         nv = start.get("summary", {}).get("nvidia", {})
         for backend in _KX:
