@@ -168,7 +168,7 @@ def test_starts_table_agrees_with_each_recorded_starts_own_bounds():
 def test_phase_table_groups_single_processes_by_aten_time():
     from copyfix.measure.launch_cost import phase_table
 
-    calm = _start("A", [2.3, 2.4, 2.6])  # aten 10 us in every process: the slow group
+    calm = _start("A", [2.3, 2.4, 2.6])  # rewritten below to aten 6 us: the calm group
     for r in calm["ops"]:
         for p in r["per_process"]:
             p["eager_us"], p["after_us"] = 6.0, 6.0 * p["after_us"] / 10.0
