@@ -17,6 +17,11 @@
 #              the base) on a copy of .upstream/<base> with PR 3 applied (make pr's files),
 #              stock NVIDIA backend, `pytest -n 16 --quick`: counts in $OUT/launch_cache_upstream.json
 #   suite      this repo's suite in cuda mode (kunlunxin emulation), 5.0.2 base
+#   affinity   python -m copyfix.measure.affinity in 3 fresh processes (cuda emulation, fork):
+#              the strided copy_ rows with the main thread pinned to each CPU in turn, into
+#              $OUT/affinity_h200.json
+#   pin        this shell, so every later step, pinned to the CPU that affinity picked (the
+#              lowest median aten time over its processes: the reference's, not the ratio)
 #   bd, bd-head
 #              python -m copyfix.measure.breakdown (cuda emulation), transposed (a small
 #              contiguous copy goes to native on both integrations: no Triton launch to break
@@ -50,6 +55,15 @@ for step in "$@"; do
     misses)
       timeout "$(left)" python3 -m copyfix.measure.miss_cost --out "$OUT/launch_cache_misses_h200.json" \
         --section-into "$OUT/launch_cache_h200.json" ${MC_ARGS:-} > "$log" 2>&1 ;;
+    affinity)
+      for i in 1 2 3; do
+        COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m copyfix.measure.affinity \
+          --out "$OUT/affinity_h200.json" ${AF_ARGS:-} >> "$log" 2>&1
+      done ;;
+    pin)
+      cpu=$(python3 -m copyfix.measure.affinity --pick-from "$OUT/affinity_h200.json") &&
+        python3 -c "import os, sys; os.sched_setaffinity($BASHPID, {int(sys.argv[1])})" "$cpu" &&
+        echo "pinned to CPU $cpu: $(python3 -c 'import os; print(os.sched_getaffinity(0))')" > "$log" 2>&1 ;;
     bd|bd-head)
       name=fork; [ $step = bd-head ] && name=head
       COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m copyfix.measure.breakdown --layout transposed \

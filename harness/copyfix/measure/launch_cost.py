@@ -288,6 +288,8 @@ def measure(backend: str, calls: int, rounds: int, profile: bool = False):
     )
     return records, {
         "machine": f"{machine}, {os.cpu_count()} CPU cores",
+        # the CPUs the process was allowed (a pinned run: taskset -c N)
+        "cpus_allowed": sorted(os.sched_getaffinity(0)),
         "mode": mode,
         "torch": torch.__version__,
         "triton": triton.__version__,
