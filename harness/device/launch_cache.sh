@@ -22,6 +22,9 @@
 #              $OUT/affinity_h200.json
 #   pin        this shell, so every later step, pinned to the CPU that affinity picked (the
 #              lowest median aten time over its processes: the reference's, not the ratio)
+#   trim       python -m copyfix.measure.trim_probe in 5 fresh processes (cuda emulation, fork):
+#              aten vs the fork's copy_ vs its hit path trimmed to single reads in one frame,
+#              into $OUT/trim_probe_h200.json
 #   bd, bd-head
 #              python -m copyfix.measure.breakdown (cuda emulation), transposed (a small
 #              contiguous copy goes to native on both integrations: no Triton launch to break
@@ -59,6 +62,11 @@ for step in "$@"; do
       for i in 1 2 3; do
         COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m copyfix.measure.affinity \
           --out "$OUT/affinity_h200.json" ${AF_ARGS:-} >> "$log" 2>&1
+      done ;;
+    trim)
+      for i in 1 2 3 4 5; do
+        COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m copyfix.measure.trim_probe \
+          --out "$OUT/trim_probe_h200.json" >> "$log" 2>&1
       done ;;
     pin)
       cpu=$(python3 -m copyfix.measure.affinity --pick-from "$OUT/affinity_h200.json") &&

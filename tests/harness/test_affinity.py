@@ -50,3 +50,29 @@ def test_topology_names_every_allowed_cpu():
     top = topology()
     assert top["cpus"] == sorted(os.sched_getaffinity(0))
     assert set(top["per_cpu"]) == set(top["cpus"])
+
+
+def test_trim_probe_runs_the_trimmed_hit_path_bit_exact():
+    """The probe's trimmed path (evidence for issue 32) takes every strided row on its
+    hit path and writes what aten writes (cpu emulation, in a fresh interpreter)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    out = repo / "build" / "test-trim-probe.json"
+    out.unlink(missing_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "copyfix.measure.trim_probe", "--out", str(out)],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "COPYFIX_EMULATION": "cpu"},
+    )
+    (proc,) = json.loads(out.read_text())["processes"]
+    assert set(proc["cases"]) == {
+        "copy_transposed", "copy_expanded_sdpa_mask", "copy_step_slice"
+    }  # fmt: skip
+    for case in proc["cases"].values():
+        assert case["bit_exact_vs_aten"] == {"current": True, "trimmed": True}
+        assert case["trimmed_fallbacks"] == 0
