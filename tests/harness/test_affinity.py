@@ -76,3 +76,52 @@ def test_trim_probe_runs_the_trimmed_hit_path_bit_exact():
     for case in proc["cases"].values():
         assert case["bit_exact_vs_aten"] == {"current": True, "trimmed": True}
         assert case["trimmed_fallbacks"] == 0
+
+
+def test_flips_counts_cpus_on_both_sides_of_the_split_and_the_report_bins_every_sample():
+    import json
+
+    from copyfix.measure import affinity
+
+    def proc(by_cpu):
+        rows = [
+            {"pass": p, "cpu": cpu, "r": {"aten": a, "ratio": a / 3}}
+            for cpu, passes in by_cpu.items()
+            for p, a in enumerate(passes)
+        ]
+        return {"rows": rows, "per_cpu": per_cpu(rows), "pick": pick(rows), "passes": 2}
+
+    # CPU 0 fast then slow, CPU 1 always fast; a second process: CPU 1 slow once
+    data = {"processes": [proc({0: [7.0, 9.0], 1: [7.5, 7.6]}), proc({1: [7.2, 8.4]})]}
+    assert affinity.flips(data, 8.0) == (2, 2)
+    assert affinity.flips({"processes": data["processes"][:1]}, 8.0) == (1, 2)
+    assert sorted(affinity.samples(data)) == sorted(
+        (a, a / 3) for a in (7.0, 9.0, 7.5, 7.6, 7.2, 8.4)
+    )
+    path = __import__("pathlib").Path(__file__).parents[2] / "build" / "aff-test.json"
+    path.parent.mkdir(exist_ok=True)
+    record = {"machine": "m", "date": "d", "command": "c", "what": "w", **data}
+    path.write_text(json.dumps(record))
+    table = [ln for ln in affinity.report_lines(path) if ln.startswith("| ")]
+    # bins 7-8 (4 samples; ratio a/3 above 2.5 for 7.6 alone), 8-9 (8.4) and 9-10 (9.0)
+    assert [ln.split(" | ")[:3] for ln in table[1:]] == [
+        ["| 7-8", "4", "3"],
+        ["| 8-9", "1", "0"],
+        ["| 9-10", "1", "0"],
+    ]
+
+
+def test_recorded_affinity_and_trim_probe_render():
+    from pathlib import Path
+
+    from copyfix.measure import affinity, trim_probe
+
+    results = Path(__file__).resolve().parents[2] / "results"
+    lines = affinity.report_lines(results / "affinity_h200.json")
+    assert any("CPUs were fast" in ln for ln in lines)
+    rows = [
+        ln
+        for ln in trim_probe.report_lines(results / "trim_probe_h200.json")
+        if ln.startswith("| copy_")
+    ]
+    assert len(rows) == 3 and all("| yes | 0 |" in ln for ln in rows)

@@ -117,6 +117,72 @@ def pick(rows: list) -> int:
     return min(table, key=lambda cpu: (table[cpu]["aten_us"], cpu))
 
 
+def samples(data: dict) -> list[tuple[float, float]]:
+    """(aten µs, ratio) of every process, pass, CPU and strided row in ``data``."""
+    return [
+        (row[name]["aten"], row[name]["ratio"])
+        for proc in data["processes"]
+        for row in proc["rows"]
+        for name in row
+        if name not in ("pass", "cpu")
+    ]
+
+
+def flips(data: dict, slow_us: float) -> tuple[int, int]:
+    """(CPUs whose pass medians of aten µs fall on both sides of ``slow_us`` over every
+    process and pass, CPUs measured): a CPU fast in one pass and slow in another."""
+    by_cpu = {}
+    for proc in data["processes"]:
+        for cpu, v in proc["per_cpu"].items():
+            by_cpu.setdefault(cpu, []).extend(v["aten_us_by_pass"])
+    both = sum(1 for v in by_cpu.values() if min(v) < slow_us and max(v) >= slow_us)
+    return both, len(by_cpu)
+
+
+BINS = (7.0, 8.0, 9.0, 10.0)  # aten µs: the bins' upper edges (the last bin open)
+
+
+def report_lines(path: Path) -> list[str]:
+    """docs/PERFORMANCE_ACCURACY.md's section on the affinity record."""
+    from copyfix.measure.launch_cost import ATEN_SLOW_US, COPY_BOUND
+
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text())
+    both, cpus = flips(data, ATEN_SLOW_US)
+    picks = [p["pick"] for p in data["processes"]]
+    lines = [
+        "",
+        f"### The CPU a process runs on (`results/{path.name}`, op "
+        f"`{(data.get('op_commit') or 'unknown')[:7]}`)",
+        "",
+        f"{data['machine']}, {data['date']}: `{data['command']}`. "
+        f"{data['what']}. {len(data['processes'])} processes x "
+        f"{data['processes'][0]['passes']} passes x {cpus} CPUs.",
+        "",
+        f"- {both} of {cpus} CPUs were fast (aten below {ATEN_SLOW_US:g} µs) in one pass "
+        "and slow in another: a CPU's speed does not last; each process picked another "
+        f"CPU ({', '.join(map(str, picks))}).",
+        "- The ratio follows aten's own time, the host's speed at that moment, on "
+        "whichever CPU (every process, pass, CPU and strided row):",
+        "",
+        "| aten µs | samples | within 2.5x | median ratio | max |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    pairs, low = samples(data), 0.0
+    for high in (*BINS, float("inf")):
+        group = [r for a, r in pairs if low <= a < high]
+        name = f"{low:g}-{high:g}" if high != float("inf") else f">= {low:g}"
+        if group:
+            lines.append(
+                f"| {name if low else f'< {high:g}'} | {len(group)} "
+                f"| {sum(r <= COPY_BOUND for r in group)} "
+                f"| {statistics.median(group):.2f} | {max(group):.2f} |"
+            )
+        low = high
+    return lines
+
+
 def measure(passes: int, rounds: int, calls: int) -> dict:
     from copyfix import emulation
 

@@ -652,9 +652,11 @@ def starts_table(data: dict) -> list[str]:
                 continue
             run = runs.get(backend, {})
             ok = all(r <= COPY_BOUND for r in row["ratios"])
+            cpus = run.get("cpus_allowed") or []
+            pinned = f", pinned to CPU {cpus[0]}" if len(cpus) == 1 else ""
             lines.append(
                 f"| {start.get('date', '')}{' (the record)' if i == 0 else ''} "
-                f"| {run.get('processes', 1)} x {run.get('rounds', '?')} "
+                f"| {run.get('processes', 1)} x {run.get('rounds', '?')}{pinned} "
                 f"| {'head' if backend.endswith('head') else 'fork'} "
                 f"| {' / '.join(f'{r:.2f}' for r in row['ratios'])} "
                 f"| {'yes' if ok else '**no**'} "

@@ -133,6 +133,43 @@ def measure(rounds: int, calls: int) -> dict:
     }
 
 
+def report_lines(path: Path) -> list[str]:
+    """docs/PERFORMANCE_ACCURACY.md's section on the trim probe's record."""
+    import statistics
+
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text())
+    procs = data["processes"]
+    lines = [
+        "",
+        f"### The most a trim of PR 1's checks saves (`results/{path.name}`, op "
+        f"`{(data.get('op_commit') or 'unknown')[:7]}`)",
+        "",
+        f"{data['machine']}, {data['date']}: `{data['command']}`. {data['what']}. "
+        "Medians over the processes:",
+        "",
+        "| row | aten µs | current/aten | trimmed/aten | saved µs | bit-exact | "
+        "trimmed fallbacks |",
+        "|---|---:|---:|---:|---:|---|---:|",
+    ]
+    for name in procs[0]["cases"]:
+        rows = [p["cases"][name] for p in procs]
+
+        def med(f, rows=rows):
+            return statistics.median(f(r) for r in rows)
+
+        exact = all(all(r["bit_exact_vs_aten"].values()) for r in rows)
+        lines.append(
+            f"| {name} | {med(lambda r: r['us']['aten']):.1f} "
+            f"| {med(lambda r: r['over_aten']['current']):.2f} "
+            f"| {med(lambda r: r['over_aten']['trimmed']):.2f} "
+            f"| {med(lambda r: r['saved_us']):.2f} | {'yes' if exact else '**no**'} "
+            f"| {sum(r['trimmed_fallbacks'] for r in rows)} |"
+        )
+    return lines
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="copyfix.measure.trim_probe")
     p.add_argument("--out", type=Path)
