@@ -184,39 +184,18 @@ def report_lines(path: Path) -> list[str]:
 
 
 def measure(passes: int, rounds: int, calls: int) -> dict:
-    from copyfix import emulation
+    from copyfix.measure.launch_cost import strided_copy_rows
+    from copyfix.measure.timing import Timer, run_info
 
-    mode = emulation.activate()
-    import torch
-    import triton
-
-    import flag_gems
-    from copyfix.measure.launch_cost import _kunlunxin_cases
-    from copyfix.measure.timing import Timer
-
-    on_device = torch.cuda.is_available()
-    cases = {
-        k: v
-        for k, v in _kunlunxin_cases(torch, flag_gems.device).items()
-        if k in STRIDED
-    }
-    gems = lambda: flag_gems.use_gems(include=["copy_"])  # noqa: E731
-    with gems():
-        for fn in cases.values():
-            fn()
-    rows = sweep(cases, gems, Timer(torch, on_device), topology()["cpus"], passes,
-                 rounds, calls)  # fmt: skip
+    mode, torch, _, cases, gems = strided_copy_rows(STRIDED)
+    timer = Timer(torch, torch.cuda.is_available())
+    rows = sweep(cases, gems, timer, topology()["cpus"], passes, rounds, calls)
     return {
         "what": "python -m copyfix.measure.affinity: the strided copy_ rows of "
         "launch_cost (aten vs use_gems(include=['copy_'])), main thread pinned to one "
         "CPU at a time, alternating rounds; pick = lowest median aten us",
-        "mode": mode,
-        "device": torch.cuda.get_device_name() if on_device else "cpu",
-        "torch": torch.__version__,
-        "triton": triton.__version__,
+        **run_info(torch, mode, rounds, calls),
         "passes": passes,
-        "rounds": rounds,
-        "calls_per_round": calls,
         "topology": topology(),
         "rows": rows,
         "per_cpu": per_cpu(rows),

@@ -41,7 +41,7 @@ def measure(rounds: int, calls: int, layout: str = "transposed") -> dict:
     import triton
 
     import flag_gems
-    from copyfix.measure.timing import Timer
+    from copyfix.measure.timing import Timer, run_info
 
     kx = sys.modules["_kunlunxin.ops.copy"]
     on_device = torch.cuda.is_available()
@@ -94,12 +94,7 @@ def measure(rounds: int, calls: int, layout: str = "transposed") -> dict:
     assert torch.equal(dst, src)
     return {
         "layout": layout,
-        "mode": mode,
-        "device": torch.cuda.get_device_name() if on_device else "cpu",
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "rounds": rounds,
-        "calls_per_round": calls,
+        **run_info(torch, mode, rounds, calls),
         "us": us,
         "over_aten": {k: v / us["aten"] for k, v in us.items()},
     }

@@ -111,6 +111,30 @@ def _kunlunxin_cases(torch, device):
     }
 
 
+def strided_copy_rows(
+    rows=("copy_transposed", "copy_expanded_sdpa_mask", "copy_step_slice"),
+):
+    """The cuda (or cpu) emulation activated, and (mode, torch, flag_gems, cases, gems):
+    :func:`_kunlunxin_cases`' ``rows`` on FlagGems' device and the
+    ``use_gems(include=["copy_"])`` context, each row run once under it (the copy module
+    imported, its kernels compiled)."""
+    from copyfix import emulation
+
+    mode = emulation.activate()
+    import torch
+
+    import flag_gems
+
+    cases = {
+        k: v for k, v in _kunlunxin_cases(torch, flag_gems.device).items() if k in rows
+    }
+    gems = lambda: flag_gems.use_gems(include=["copy_"])  # noqa: E731
+    with gems():
+        for fn in cases.values():
+            fn()
+    return mode, torch, flag_gems, cases, gems
+
+
 def _floor(torch, timer, device):
     """The floor: torch.library op on the CUDA key, output allocated, compiled
     Triton sigmoid launched directly (no FlagGems): :func:`.floors.sigmoid_floor`."""

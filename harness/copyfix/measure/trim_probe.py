@@ -65,26 +65,12 @@ def make_trimmed(torch, kx, sc):
 
 
 def measure(rounds: int, calls: int) -> dict:
-    from copyfix import emulation
-
-    mode = emulation.activate()
-    import torch
-    import triton
-
-    import flag_gems
-    from copyfix.measure.launch_cost import _kunlunxin_cases
-    from copyfix.measure.timing import Timer
+    from copyfix.measure.launch_cost import strided_copy_rows
+    from copyfix.measure.timing import Timer, run_info
     from copyfix.tracking import kernel_home
 
+    mode, torch, flag_gems, cases, gems = strided_copy_rows(STRIDED)
     on_device = torch.cuda.is_available()
-    cases = {
-        k: v
-        for k, v in _kunlunxin_cases(torch, flag_gems.device).items()
-        if k in STRIDED
-    }
-    gems = lambda: flag_gems.use_gems(include=["copy_"])  # noqa: E731
-    with gems():
-        next(iter(cases.values()))()  # (imports the copy module)
     kx = sys.modules["_kunlunxin.ops.copy"]
     trimmed = make_trimmed(torch, kx, kernel_home(kx))
 
@@ -123,12 +109,7 @@ def measure(rounds: int, calls: int) -> dict:
         "what": "python -m copyfix.measure.trim_probe: aten copy_ vs the fork's copy_ "
         "(current) vs its hit path trimmed to one frame of single reads (trimmed), all "
         "dispatched, alternating rounds, one process",
-        "mode": mode,
-        "device": torch.cuda.get_device_name() if on_device else "cpu",
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "rounds": rounds,
-        "calls_per_round": calls,
+        **run_info(torch, mode, rounds, calls),
         "cases": out,
     }
 
