@@ -150,6 +150,26 @@ def test_starts_table_reads_each_start_and_counts_single_processes():
     ]
 
 
+def test_starts_table_adds_the_median_over_five_process_starts():
+    from copyfix.measure.launch_cost import starts_table
+
+    data = _start("A", [2.4] * 5)
+    data["same_op_other_starts"] = [
+        _start("C", [2.6] * 5),
+        _start("D", [2.45] * 5),
+        _start("E", [3.0]),  # one process: not among them
+    ]
+    rows = [line for line in starts_table(data) if line.startswith("| median")]
+    assert rows == [
+        "| median of the 3 five-process starts | | fork | 2.45 / 2.45 / 2.45 | yes | | | |"
+    ]
+    data["same_op_other_starts"][1] = _start("D", [2.55] * 5)
+    rows = [line for line in starts_table(data) if line.startswith("| median")]
+    assert rows == [
+        "| median of the 3 five-process starts | | fork | 2.55 / 2.55 / 2.55 | **no** | | | |"
+    ]
+
+
 def test_starts_table_agrees_with_each_recorded_starts_own_bounds():
     from copyfix.measure.launch_cost import _KX, starts_table
 

@@ -688,4 +688,20 @@ def starts_table(data: dict) -> list[str]:
                 f"| {row['over']} of {row['samples']} "
                 f"| {nv.get('median_after_over_eager', float('nan')):.2f} |"
             )
+    for backend in _KX:  # what a bound on the median over starts would read
+        ratios = [
+            row["ratios"]
+            for start in _starts(data)
+            if start.get("runs", {}).get(backend, {}).get("processes", 1) >= 5
+            and (row := start_row(start, backend)) is not None
+        ]
+        if len(ratios) > 1:
+            med = [statistics.median(col) for col in zip(*ratios)]
+            ok = all(r <= COPY_BOUND for r in med)
+            lines.append(
+                f"| median of the {len(ratios)} five-process starts | | "
+                f"{'head' if backend.endswith('head') else 'fork'} "
+                f"| {' / '.join(f'{r:.2f}' for r in med)} "
+                f"| {'yes' if ok else '**no**'} | | | |"
+            )
     return lines
