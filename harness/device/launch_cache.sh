@@ -41,6 +41,13 @@ REPO=$PWD
 : "${OUT:=/tmp/out}" "${DEADLINE:=560}" "${LC_ARGS=--processes 5 --rounds 19}"
 LOGS=/tmp/lclogs && rm -rf $LOGS && mkdir -p $LOGS "$OUT"
 left() { local n=$((DEADLINE - SECONDS)); echo $((n > 1 ? n : 1)); }
+fresh() {  # N MODULE OUT [ARG...]: MODULE in N fresh processes (cuda emulation), each
+  local n=$1 module=$2 out=$3 i  # adding its run to OUT's "processes"
+  shift 3
+  for ((i = 0; i < n; i++)); do
+    COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m "$module" --out "$out" "$@" >> "$log" 2>&1
+  done
+}
 export COPYFIX_OP_COMMIT="${COPYFIX_OP_COMMIT:-}" PYTHONUNBUFFERED=1
 . harness/device/env.sh > $LOGS/env.log 2>&1
 unset COPYFIX_EMULATION
@@ -58,16 +65,8 @@ for step in "$@"; do
     misses)
       timeout "$(left)" python3 -m copyfix.measure.miss_cost --out "$OUT/launch_cache_misses_h200.json" \
         --section-into "$OUT/launch_cache_h200.json" ${MC_ARGS:-} > "$log" 2>&1 ;;
-    affinity)
-      for i in 1 2 3; do
-        COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m copyfix.measure.affinity \
-          --out "$OUT/affinity_h200.json" ${AF_ARGS:-} >> "$log" 2>&1
-      done ;;
-    trim)
-      for i in 1 2 3 4 5; do
-        COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m copyfix.measure.trim_probe \
-          --out "$OUT/trim_probe_h200.json" >> "$log" 2>&1
-      done ;;
+    affinity) fresh 3 copyfix.measure.affinity "$OUT/affinity_h200.json" ${AF_ARGS:-} ;;
+    trim) fresh 5 copyfix.measure.trim_probe "$OUT/trim_probe_h200.json" ;;
     pin)
       cpu=$(python3 -m copyfix.measure.affinity --pick-from "$OUT/affinity_h200.json") &&
         python3 -c "import os, sys; os.sched_setaffinity($BASHPID, {int(sys.argv[1])})" "$cpu" &&

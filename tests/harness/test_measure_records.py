@@ -115,10 +115,10 @@ def test_worker_processes_are_run_and_combined(monkeypatch, tmp_path):
 def _start(date, ratios_by_process, rounds=19, backend="kunlunxin-emulated"):
     """A start whose three strided layouts each ran in len(ratios_by_process) processes
     of aten 10 us, process i at ratios_by_process[i]."""
-    from copyfix.measure.launch_cost import _STRIDED
+    from copyfix.measure.launch_cost import STRIDED
 
     rows = []
-    for name in _STRIDED:
+    for name in STRIDED:
         runs = [[_row(10.0, 10.0 * r, name=name)] for r in ratios_by_process]
         rows += combine(runs) if len(runs) > 1 else runs[0]
     for r in rows:

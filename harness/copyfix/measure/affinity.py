@@ -26,8 +26,6 @@ import statistics
 import sys
 from pathlib import Path
 
-STRIDED = ("copy_transposed", "copy_expanded_sdpa_mask", "copy_step_slice")
-
 
 def _read(path: Path) -> str | None:
     try:
@@ -187,7 +185,7 @@ def measure(passes: int, rounds: int, calls: int) -> dict:
     from copyfix.measure.launch_cost import strided_copy_rows
     from copyfix.measure.timing import Timer, run_info
 
-    mode, torch, _, cases, gems = strided_copy_rows(STRIDED)
+    mode, torch, _, cases, gems = strided_copy_rows()
     timer = Timer(torch, torch.cuda.is_available())
     rows = sweep(cases, gems, timer, topology()["cpus"], passes, rounds, calls)
     return {
@@ -220,6 +218,7 @@ def main(argv=None) -> int:
         print(pick([r for proc in data["processes"] for r in proc["rows"]]))
         return 0
     from copyfix.measure.launch_cost import _op_commit
+    from copyfix.measure.timing import add_process
 
     # (on the device, op_commit comes from COPYFIX_OP_COMMIT)
     result = {
@@ -227,9 +226,7 @@ def main(argv=None) -> int:
         "op_commit": _op_commit(),
     }
     if args.out:
-        data = json.loads(args.out.read_text()) if args.out.is_file() else {}
-        data.setdefault("processes", []).append(result)
-        args.out.write_text(json.dumps(data, indent=1) + "\n")
+        add_process(args.out, result)
     print(f"PICK {result['pick']}")
     return 0
 

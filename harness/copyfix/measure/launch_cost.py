@@ -111,11 +111,13 @@ def _kunlunxin_cases(torch, device):
     }
 
 
-def strided_copy_rows(
-    rows=("copy_transposed", "copy_expanded_sdpa_mask", "copy_step_slice"),
-):
+# The copy_ layouts issue 32 bounds (contiguous goes to native on both integrations)
+STRIDED = ("copy_transposed", "copy_expanded_sdpa_mask", "copy_step_slice")
+
+
+def strided_copy_rows():
     """The cuda (or cpu) emulation activated, and (mode, torch, flag_gems, cases, gems):
-    :func:`_kunlunxin_cases`' ``rows`` on FlagGems' device and the
+    :func:`_kunlunxin_cases`' :data:`STRIDED` rows on FlagGems' device and the
     ``use_gems(include=["copy_"])`` context, each row run once under it (the copy module
     imported, its kernels compiled)."""
     from copyfix import emulation
@@ -126,7 +128,9 @@ def strided_copy_rows(
     import flag_gems
 
     cases = {
-        k: v for k, v in _kunlunxin_cases(torch, flag_gems.device).items() if k in rows
+        k: v
+        for k, v in _kunlunxin_cases(torch, flag_gems.device).items()
+        if k in STRIDED
     }
     gems = lambda: flag_gems.use_gems(include=["copy_"])  # noqa: E731
     with gems():
@@ -584,8 +588,6 @@ def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> li
 
 
 _KX = ("kunlunxin-emulated", "kunlunxin-emulated-head")
-# The copy_ layouts issue 32 bounds (contiguous goes to native on both integrations)
-_STRIDED = ("copy_transposed", "copy_expanded_sdpa_mask", "copy_step_slice")
 COPY_BOUND = 2.5
 
 
@@ -608,11 +610,11 @@ def start_row(start: dict, backend: str) -> dict | None:
     (as the record reads it), aten's range over those rows (every worker process), and
     how many single-process ratios exceed :data:`COPY_BOUND`; None if it lacks them."""
     rows = {r["name"]: r for r in start["ops"] if r["backend"] == backend}
-    if not all(name in rows for name in _STRIDED):
+    if not all(name in rows for name in STRIDED):
         return None
-    samples = [s for name in _STRIDED for s in _process_samples(rows[name])]
+    samples = [s for name in STRIDED for s in _process_samples(rows[name])]
     return {
-        "ratios": [_ratio(rows[name], "after_us") for name in _STRIDED],
+        "ratios": [_ratio(rows[name], "after_us") for name in STRIDED],
         "aten_us": (min(e for e, _ in samples), max(e for e, _ in samples)),
         "over": sum(ratio > COPY_BOUND for _, ratio in samples),
         "samples": len(samples),
@@ -631,7 +633,7 @@ def phase_table(data: dict) -> list[str]:
         s
         for start in _starts(data)
         for r in start["ops"]
-        if r["backend"] in _KX and r["name"] in _STRIDED
+        if r["backend"] in _KX and r["name"] in STRIDED
         for s in _process_samples(r)
     ]
     if not samples:
@@ -653,6 +655,15 @@ def phase_table(data: dict) -> list[str]:
     return lines
 
 
+def _ratios_cells(backend: str, ratios: list) -> str:
+    """The integration, the strided ratios and whether each is within the bound."""
+    ok = all(r <= COPY_BOUND for r in ratios)
+    return (
+        f"{'head' if backend.endswith('head') else 'fork'} "
+        f"| {' / '.join(f'{r:.2f}' for r in ratios)} | {'yes' if ok else '**no**'}"
+    )
+
+
 def starts_table(data: dict) -> list[str]:
     """Every machine start of the record's op (the record, then same_op_other_starts):
     protocol, and per integration the strided layouts' after/aten, whether each is
@@ -667,6 +678,7 @@ def starts_table(data: dict) -> list[str]:
         "| processes above | nvidia median |",
         "|---|---|---|---|---|---|---:|---:|",
     ]
+    fives = {backend: [] for backend in _KX}  # the five-process starts' ratios
     for i, start in enumerate(_starts(data)):
         runs = start.get("runs", {})
         nv = start.get("summary", {}).get("nvidia", {})
@@ -675,33 +687,26 @@ def starts_table(data: dict) -> list[str]:
             if row is None:
                 continue
             run = runs.get(backend, {})
-            ok = all(r <= COPY_BOUND for r in row["ratios"])
+            if run.get("processes", 1) >= 5:
+                fives[backend].append(row["ratios"])
             cpus = run.get("cpus_allowed") or []
             pinned = f", pinned to CPU {cpus[0]}" if len(cpus) == 1 else ""
             lines.append(
                 f"| {start.get('date', '')}{' (the record)' if i == 0 else ''} "
                 f"| {run.get('processes', 1)} x {run.get('rounds', '?')}{pinned} "
-                f"| {'head' if backend.endswith('head') else 'fork'} "
-                f"| {' / '.join(f'{r:.2f}' for r in row['ratios'])} "
-                f"| {'yes' if ok else '**no**'} "
+                f"| {_ratios_cells(backend, row['ratios'])} "
                 f"| {row['aten_us'][0]:.1f}-{row['aten_us'][1]:.1f} "
                 f"| {row['over']} of {row['samples']} "
                 f"| {nv.get('median_after_over_eager', float('nan')):.2f} |"
             )
-    for backend in _KX:  # what a bound on the median over starts would read
-        ratios = [
-            row["ratios"]
-            for start in _starts(data)
-            if start.get("runs", {}).get(backend, {}).get("processes", 1) >= 5
-            and (row := start_row(start, backend)) is not None
-        ]
+    for (
+        backend,
+        ratios,
+    ) in fives.items():  # what a bound on the median over starts reads
         if len(ratios) > 1:
             med = [statistics.median(col) for col in zip(*ratios)]
-            ok = all(r <= COPY_BOUND for r in med)
             lines.append(
-                f"| median of the {len(ratios)} five-process starts | | "
-                f"{'head' if backend.endswith('head') else 'fork'} "
-                f"| {' / '.join(f'{r:.2f}' for r in med)} "
-                f"| {'yes' if ok else '**no**'} | | | |"
+                f"| median of the {len(ratios)} five-process starts | "
+                f"| {_ratios_cells(backend, med)} | | | |"
             )
     return lines

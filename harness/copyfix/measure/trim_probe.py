@@ -23,8 +23,6 @@ import json
 import sys
 from pathlib import Path
 
-STRIDED = ("copy_transposed", "copy_expanded_sdpa_mask", "copy_step_slice")
-
 
 def make_trimmed(torch, kx, sc):
     """The trimmed hit path over the fork's copy module ``kx`` and its shared module
@@ -55,9 +53,8 @@ def make_trimmed(torch, kx, sc):
             kernel = contiguous_kernel if src.is_contiguous() else slice_kernel
             kernel.instantiate(dst.ndim)(src, out0=dst)
             return dst
-        trimmed_copy_.fallbacks += (
-            1  # (counted off the hit path: it costs a hit nothing)
-        )
+        # (counted off the hit path: it costs a hit nothing)
+        trimmed_copy_.fallbacks += 1
         return kx.copy_(dst, src, non_blocking)
 
     trimmed_copy_.fallbacks = 0
@@ -69,7 +66,7 @@ def measure(rounds: int, calls: int) -> dict:
     from copyfix.measure.timing import Timer, run_info
     from copyfix.tracking import kernel_home
 
-    mode, torch, flag_gems, cases, gems = strided_copy_rows(STRIDED)
+    mode, torch, flag_gems, cases, gems = strided_copy_rows()
     on_device = torch.cuda.is_available()
     kx = sys.modules["_kunlunxin.ops.copy"]
     trimmed = make_trimmed(torch, kx, kernel_home(kx))
@@ -158,12 +155,11 @@ def main(argv=None) -> int:
     p.add_argument("--calls", type=int, default=300)
     args = p.parse_args(argv)
     from copyfix.measure.launch_cost import _op_commit
+    from copyfix.measure.timing import add_process
 
     result = {**measure(args.rounds, args.calls), "op_commit": _op_commit()}
     if args.out:
-        data = json.loads(args.out.read_text()) if args.out.is_file() else {}
-        data.setdefault("processes", []).append(result)
-        args.out.write_text(json.dumps(data, indent=1) + "\n")
+        add_process(args.out, result)
     return 0
 
 
