@@ -2,13 +2,19 @@
 ratio) and the pinning itself (crafted rows; the sweep pins and restores for real)."""
 
 import contextlib
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+from copyfix.measure import affinity, trim_probe
 from copyfix.measure.affinity import per_cpu, pick, sweep, topology
 
 pytestmark = pytest.mark.harness
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 
 def _row(p, cpu, aten, ratio):
@@ -52,17 +58,10 @@ def test_topology_names_every_allowed_cpu():
     assert set(top["per_cpu"]) == set(top["cpus"])
 
 
-def test_trim_probe_runs_the_trimmed_hit_path_bit_exact():
+def test_trim_probe_runs_the_trimmed_hit_path_bit_exact(tmp_path):
     """The probe's trimmed path (evidence for issue 32) takes every strided row on its
     hit path and writes what aten writes (cpu emulation, in a fresh interpreter)."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    repo = Path(__file__).resolve().parents[2]
-    out = repo / "build" / "test-trim-probe.json"
-    out.unlink(missing_ok=True)
+    out = tmp_path / "trim-probe.json"
     subprocess.run(
         [sys.executable, "-m", "copyfix.measure.trim_probe", "--out", str(out)],
         check=True,
@@ -78,11 +77,9 @@ def test_trim_probe_runs_the_trimmed_hit_path_bit_exact():
         assert case["trimmed_fallbacks"] == 0
 
 
-def test_flips_counts_cpus_on_both_sides_of_the_split_and_the_report_bins_every_sample():
-    import json
-
-    from copyfix.measure import affinity
-
+def test_flips_counts_cpus_on_both_sides_of_the_split_and_the_report_bins_every_sample(
+    tmp_path,
+):
     def proc(by_cpu):
         rows = [
             {"pass": p, "cpu": cpu, "r": {"aten": a, "ratio": a / 3}}
@@ -98,8 +95,7 @@ def test_flips_counts_cpus_on_both_sides_of_the_split_and_the_report_bins_every_
     assert sorted(affinity.samples(data)) == sorted(
         (a, a / 3) for a in (7.0, 9.0, 7.5, 7.6, 7.2, 8.4)
     )
-    path = __import__("pathlib").Path(__file__).parents[2] / "build" / "aff-test.json"
-    path.parent.mkdir(exist_ok=True)
+    path = tmp_path / "affinity.json"
     record = {"machine": "m", "date": "d", "command": "c", "what": "w", **data}
     path.write_text(json.dumps(record))
     table = [ln for ln in affinity.report_lines(path) if ln.startswith("| ")]
@@ -112,16 +108,11 @@ def test_flips_counts_cpus_on_both_sides_of_the_split_and_the_report_bins_every_
 
 
 def test_recorded_affinity_and_trim_probe_render():
-    from pathlib import Path
-
-    from copyfix.measure import affinity, trim_probe
-
-    results = Path(__file__).resolve().parents[2] / "results"
-    lines = affinity.report_lines(results / "affinity_h200.json")
+    lines = affinity.report_lines(RESULTS / "affinity_h200.json")
     assert any("CPUs were fast" in ln for ln in lines)
     rows = [
         ln
-        for ln in trim_probe.report_lines(results / "trim_probe_h200.json")
+        for ln in trim_probe.report_lines(RESULTS / "trim_probe_h200.json")
         if ln.startswith("| copy_")
     ]
     assert len(rows) == 3 and all("| yes | 0 |" in ln for ln in rows)
