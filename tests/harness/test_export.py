@@ -1,6 +1,5 @@
 """PR export: copy.patch in sync and applicable, `make pr` onto a synthetic FlagGems checkout."""
 
-import re
 import subprocess
 from pathlib import Path
 
@@ -136,24 +135,17 @@ def test_make_pr_exports_each_pr_as_its_own_branch(upstream, monkeypatch):
         assert shown == (pkg / rel.removeprefix("src/flag_gems/")).read_text(), rel
 
 
-def _description(text):
-    """The words of a PR text's Description section, read independently of export."""
-    section = text.split("\n### Description\n", 1)[1]
-    return re.split(r"^#{1,6} ", section, maxsplit=1, flags=re.M)[0].split()
-
-
 @pytest.mark.parametrize("name", sorted(export.PRS))
-def test_commit_message_is_the_pr_texts_title_and_description(name):
-    # what a reviewer reads first is the PR text itself: its title, a blank line,
-    # its Description verbatim (only the line breaks differ), nothing else
+def test_commit_message_is_the_pr_text_itself(name):
+    # what a maintainer receives is the PR text: its title, a blank line, then the rest
+    # of the file verbatim, in FlagGems' template and within its length
     pr = export.PRS[name]
-    text = (export.REPO / pr.text).read_text()
-    title, blank, *body = pr.message.splitlines()
-    assert text.splitlines()[0] == f"# {title}" and blank == ""
-    assert " ".join(body).split() == _description(text)
-    for line in body:  # wrapped at 72, except table rows and unbreakable words
-        assert len(line) <= 72 or line.startswith("|") or " " not in line.strip()
-    assert pr.message.endswith("\n") and not pr.message.endswith("\n\n")
+    lines = (export.REPO / pr.text).read_text().rstrip("\n").splitlines()
+    assert pr.message == f"{lines[0][2:]}\n\n" + "\n".join(lines[1:]).strip("\n") + "\n"
+    assert len(lines) <= 60
+    headings = [line for line in lines if line.startswith("### ")]
+    assert headings == [f"### {h}" for h in export.TEMPLATE_HEADINGS]
+    assert len(lines) - lines.index("### Performance") <= 12
 
 
 PR_TEXT = """# [KUNLUNXIN] A later PR
@@ -161,60 +153,62 @@ PR_TEXT = """# [KUNLUNXIN] A later PR
 ### PR Category
 Operator
 
+### Type of Change
+Bug Fix
+
 ### Description
-A first paragraph, written on
-short lines, that the message rewraps into lines of at most the given width.
-#1151 starts this line: an issue reference, not a heading. A `code span` stays whole.
-
-- an item whose text is long enough to wrap onto a second line, indented
-- a second item
-  continued on an indented line
-
-| case | result |
-|---|---|
-| a row longer than the width stays whole, as tables must | kept |
+A paragraph, kept as written.
+#1151 starts this line: an issue reference, not a heading.
 
 ### Issue
-Not in the message.
+#1151
+
+### Progress
+- [x] Change is fully covered by a UT.
+
+### Performance
+| case | before | after |
+|---|---:|---:|
+| a row | 2.0 | 1.0 |
 """
 
 
 def test_a_later_pr_text_plugs_in(tmp_path):
-    # docs/PR3.md and later: one PR(...) entry, its message from its own text
-    (tmp_path / "PR3.md").write_text(PR_TEXT)
-    assert export.commit_message(tmp_path / "PR3.md", width=40) == (
-        "[KUNLUNXIN] A later PR\n"
-        "\n"
-        "A first paragraph, written on short\n"
-        "lines, that the message rewraps into\n"
-        "lines of at most the given width. #1151\n"
-        "starts this line: an issue reference,\n"
-        "not a heading. A `code span` stays\n"
-        "whole.\n"
-        "\n"
-        "- an item whose text is long enough to\n"
-        "  wrap onto a second line, indented\n"
-        "- a second item continued on an indented\n"
-        "  line\n"
-        "\n"
-        "| case | result |\n"
-        "|---|---|\n"
-        "| a row longer than the width stays whole, as tables must | kept |\n"
+    # docs/PR5.md and later: one PR(...) entry, its message from its own text
+    (tmp_path / "PR5.md").write_text(PR_TEXT)
+    title, _, body = PR_TEXT.partition("\n")
+    assert export.commit_message(tmp_path / "PR5.md") == (
+        f"{title[2:]}\n\n{body.strip()}\n"
     )
-    assert export._rewrap(["word `a b c` end"], 10) == ["word", "`a b c`", "end"]
     pr = export.PR("later", ["x.py"], "x.py", "later/branch", "docs/PR.md")
     assert pr.message == export.commit_message(export.REPO / "docs" / "PR.md")
 
 
 @pytest.mark.parametrize(
-    "text, missing",
+    "text, refused",
     [
         (PR_TEXT.replace("# [KUNLUNXIN] A later PR\n", ""), "title"),
-        (PR_TEXT.replace("### Description", "### Summary"), "Description"),
+        (PR_TEXT.replace("### Issue", "### Summary"), "template headings"),
+        (
+            PR_TEXT.replace("### Issue\n#1151\n\n", "").replace(
+                "### Performance", "### Issue\n#1151\n\n### Performance"
+            ),
+            "template headings",
+        ),
+        (PR_TEXT + "more\n" * 45, "at most 60 lines"),
+        (PR_TEXT + "a line\n" * 9, "Performance section"),
+        (PR_TEXT + "| a row | 2.0 | 1.0 |\n" * 6, "at most 6 rows"),
     ],
-    ids=["no-title", "no-description"],
+    ids=[
+        "no-title",
+        "renamed-heading",
+        "reordered",
+        "too-long",
+        "long-performance",
+        "rows",
+    ],
 )
-def test_a_pr_text_without_title_or_description_is_refused(tmp_path, text, missing):
+def test_a_pr_text_outside_the_template_is_refused(tmp_path, text, refused):
     (tmp_path / "PR.md").write_text(text)
-    with pytest.raises(SystemExit, match=missing):
+    with pytest.raises(SystemExit, match=refused):
         export.commit_message(tmp_path / "PR.md")

@@ -10,18 +10,18 @@ which differs only in its licence header and logger lines), and runs the
 checkout's own lint settings (black, isort, flake8 from its .pre-commit-config.yaml)
 on the exported files before committing.
 
-Each PR's commit message comes from its own PR text (`commit_message`): the text's
-first line, a `# ` heading, is the title; the body is its `### Description` section,
-rewrapped. A new PR is one `PR(...)` entry in `_prs()` and a PR text in that form.
+Each PR's commit message is its own PR text (`commit_message`): the text's first line,
+a `# ` heading, is the title; the rest, verbatim, is the body, in FlagGems' PR template
+(`pr_text_parts` refuses a text that is not). A one-commit branch so carries exactly
+what `gh pr create --fill` posts. A new PR is one `PR(...)` entry in `_prs()` and a PR
+text in that form.
 """
 
 import argparse
 import difflib
-import re
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import tomllib
@@ -61,70 +61,53 @@ class PR:
         return self.files + self.patched
 
 
-_HEADING = re.compile(r"#{1,6} ")  # (not "#1151": an issue reference)
-_CODE_SPAN = re.compile(r"`[^`]*`")
+# FlagGems' PR template (.github/PULL_REQUEST_TEMPLATE.md): its headings, in order, and
+# the length of a merged PR's text that this repository holds its own to.
+TEMPLATE_HEADINGS = (
+    "PR Category",
+    "Type of Change",
+    "Description",
+    "Issue",
+    "Progress",
+    "Performance",
+)
+MAX_LINES = 60
+MAX_PERFORMANCE_LINES = 12
+MAX_PERFORMANCE_ROWS = 6
 
 
-def _pr_text_parts(text: str) -> tuple[str, list[str]]:
-    """(title, Description lines) of a PR text; SystemExit naming what is missing."""
-    lines = text.splitlines()
-    first = next((line for line in lines if line.strip()), "")
-    if not first.startswith("# "):
+def pr_text_parts(text: str) -> tuple[str, str]:
+    """(title, body) of a PR text: its first line, a `# ` heading, is the title; the
+    body is everything after it, verbatim. SystemExit names what breaks the template."""
+    lines = text.rstrip("\n").splitlines()
+    if not lines or not lines[0].startswith("# "):
         raise SystemExit("a PR text must start with its title as a '# ' heading")
-    try:
-        start = lines.index("### Description") + 1
-    except ValueError:
-        raise SystemExit("a PR text needs a '### Description' section") from None
-    headings = (i for i in range(start, len(lines)) if _HEADING.match(lines[i]))
-    end = next(headings, len(lines))
-    return first[2:].strip(), lines[start:end]
-
-
-def _rewrap(lines: list[str], width: int) -> list[str]:
-    """Markdown lines rewrapped to `width`: paragraphs and list items are filled
-    (items keep their marker and a hanging indent, code spans stay on one line),
-    table rows stay as they are."""
-    out, block, marker = [], [], ""
-
-    def flush():
-        # (a `code span` is never split: its spaces are held as NULs while wrapping)
-        text = _CODE_SPAN.sub(lambda m: m[0].replace(" ", "\0"), " ".join(block))
-        lines = textwrap.wrap(
-            text,
-            width,
-            initial_indent=marker,
-            subsequent_indent=" " * len(marker),
-            break_long_words=False,
-            break_on_hyphens=False,
+    if len(lines) > MAX_LINES:
+        raise SystemExit(f"a PR text has at most {MAX_LINES} lines, not {len(lines)}")
+    headings = [line[4:].strip() for line in lines if line.startswith("### ")]
+    if tuple(headings) != TEMPLATE_HEADINGS:
+        raise SystemExit(
+            f"a PR text has FlagGems' template headings {list(TEMPLATE_HEADINGS)}, "
+            f"in order; found {headings}"
         )
-        out.extend(line.replace("\0", " ") for line in lines)
-        block.clear()
-
-    for line in lines:
-        text = line.strip()
-        if text and not text.startswith("|") and text[:2] not in ("- ", "* "):
-            block.append(text)  # (a paragraph, or an item, goes on)
-            continue
-        flush()
-        marker = ""
-        if text.startswith("|"):
-            out.append(text)
-        elif text:  # a list item
-            marker = text[:2]
-            block.append(text[2:])
-        elif out and out[-1]:
-            out.append("")
-    flush()
-    while out and not out[-1]:
-        out.pop()
-    return out
+    performance = lines[lines.index("### Performance") :]
+    if len(performance) > MAX_PERFORMANCE_LINES:
+        raise SystemExit(
+            f"a PR text's Performance section has at most {MAX_PERFORMANCE_LINES} lines"
+        )
+    rows = [line for line in performance if line.startswith("|")][2:]  # (header, rule)
+    if len(rows) > MAX_PERFORMANCE_ROWS:
+        raise SystemExit(f"a Performance table has at most {MAX_PERFORMANCE_ROWS} rows")
+    body = "\n".join(lines[1:]).strip("\n")
+    return lines[0][2:].strip(), body
 
 
-def commit_message(pr_md: Path, width: int = 72) -> str:
+def commit_message(pr_md: Path) -> str:
     """The commit message of the PR whose text is `pr_md`: its title line, a blank
-    line, then its Description section, verbatim apart from line wrapping."""
-    title, description = _pr_text_parts(Path(pr_md).read_text())
-    return "\n".join([title, "", *_rewrap(description, width)]) + "\n"
+    line, then its body verbatim (committed with --cleanup=verbatim, so the `###`
+    headings stay and `gh pr create --fill` posts exactly this text)."""
+    title, body = pr_text_parts(Path(pr_md).read_text())
+    return f"{title}\n\n{body}\n"
 
 
 # `git apply`-able diffs of the op, one per base it was written against (the seed's
@@ -341,7 +324,7 @@ def export_pr(checkout: Path, names=None) -> dict[str, str]:
         apply_pr(checkout, name)
         upstream_lint(checkout, pr.changed)
         _git(checkout, "add", *pr.changed)
-        _git(checkout, "commit", "-q", "-m", pr.message)
+        _git(checkout, "commit", "-q", "--cleanup=verbatim", "-m", pr.message)
         shas[name] = _git(checkout, "rev-parse", "HEAD").strip()
     write_patch()
     return shas
