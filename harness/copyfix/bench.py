@@ -353,10 +353,6 @@ def report():
     from copyfix.measure import launch_cost  # (PR 3: the host cost of every op)
 
     lines += launch_cost.report_lines()
-    from copyfix.measure import affinity, trim_probe  # (issue 32: the host's part)
-
-    lines += affinity.report_lines(RESULTS / "affinity_h200.json")
-    lines += trim_probe.report_lines(RESULTS / "trim_probe_h200.json")
     (DOCS / "PERFORMANCE_ACCURACY.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {DOCS / 'PERFORMANCE_ACCURACY.md'}")
 

@@ -19,6 +19,10 @@ Harness file (not part of the upstream PR). Called by hatch_build.py for
    out, never symlinked: edit a patch, then compose again), write
    flag_gems/_overlay_info.py, then swap the folder into build/composed. A
    failure removes the temporary folder: nothing half-composed is left behind.
+
+From a shell (the device scripts: the base named by $FLAGGEMS_BASE):
+
+    PYTHONPATH=harness python -m copyfix.compose [--project DIR] [--no-editable]
 """
 
 import hashlib
@@ -223,3 +227,29 @@ def decompose(composed: Path, dst: Path) -> Path:
             (dst / rel).unlink(missing_ok=True)
     (dst / "_overlay_info.py").unlink()
     return dst
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="copyfix.compose",
+        description="compose build/composed/flag_gems: the base ($FLAGGEMS_BASE, or the "
+        "installed flag-gems 5.0.2) with this repository's overlay",
+    )
+    parser.add_argument(
+        "--project", type=Path, default=Path("."), help="the repository (default: .)"
+    )
+    parser.add_argument(
+        "--no-editable",
+        dest="editable",
+        action="store_false",
+        help="copy the overlay files (default: symlink them, as pip install -e)",
+    )
+    args = parser.parse_args(argv)
+    print(compose(args.project.resolve(), editable=args.editable))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -9,7 +9,6 @@ for t in .upstream/*.tgz; do
 done
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $(ls .whl/*.whl | grep -v flag_gems)
 rm -rf /tmp/fgbase && python3 -m zipfile -e .whl/flag_gems-5.0.2-py3-none-any.whl /tmp/fgbase
-FLAGGEMS_BASE=/tmp/fgbase PYTHONPATH=harness python3 -c \
-  "from pathlib import Path; from copyfix.compose import compose; compose(Path('.').resolve(), editable=False)"
+FLAGGEMS_BASE=/tmp/fgbase PYTHONPATH=harness python3 -m copyfix.compose --no-editable
 export PYTHONPATH=/tmp/site:$PWD/build/composed:$PWD/harness
 export COPYFIX_EMULATION=cuda PYTHONUNBUFFERED=1

@@ -17,19 +17,6 @@
 #              the base) on a copy of .upstream/<base> with PR 3 applied (make pr's files),
 #              stock NVIDIA backend, `pytest -n 16 --quick`: counts in $OUT/launch_cache_upstream.json
 #   suite      this repo's suite in cuda mode (kunlunxin emulation), 5.0.2 base
-#   affinity   python -m copyfix.measure.affinity in 3 fresh processes (cuda emulation, fork):
-#              the strided copy_ rows with the main thread pinned to each CPU in turn, into
-#              $OUT/affinity_h200.json
-#   pin        this shell, so every later step, pinned to the CPU that affinity picked (the
-#              lowest median aten time over its processes: the reference's, not the ratio)
-#   trim       python -m copyfix.measure.trim_probe in 5 fresh processes (cuda emulation, fork):
-#              aten vs the fork's copy_ vs its hit path trimmed to single reads in one frame,
-#              into $OUT/trim_probe_h200.json
-#   bd, bd-head
-#              python -m copyfix.measure.breakdown (cuda emulation), transposed (a small
-#              contiguous copy goes to native on both integrations: no Triton launch to break
-#              down), into $OUT/launch_breakdown_h200.json as fork-<layout> (the fork's copy.py over
-#              5.0.2), or after cost-head as head-<layout> (the head-like tree)
 # LC_ARGS and MC_ARGS: extra arguments of launch_cost and miss_cost. LC_ARGS defaults to the
 # recorded protocol, --processes 5 --rounds 19 (5 fresh worker processes per backend, each
 # ratio the median of theirs; the 15:08 start of 2026-12-04 ran 15 rounds because a caller's
@@ -41,13 +28,6 @@ REPO=$PWD
 : "${OUT:=/tmp/out}" "${DEADLINE:=560}" "${LC_ARGS=--processes 5 --rounds 19}"
 LOGS=/tmp/lclogs && rm -rf $LOGS && mkdir -p $LOGS "$OUT"
 left() { local n=$((DEADLINE - SECONDS)); echo $((n > 1 ? n : 1)); }
-fresh() {  # N MODULE OUT [ARG...]: MODULE in N fresh processes (cuda emulation), each
-  local n=$1 module=$2 out=$3 i  # adding its run to OUT's "processes"
-  shift 3
-  for ((i = 0; i < n; i++)); do
-    COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m "$module" --out "$out" "$@" >> "$log" 2>&1
-  done
-}
 export COPYFIX_OP_COMMIT="${COPYFIX_OP_COMMIT:-}" PYTHONUNBUFFERED=1
 . harness/device/env.sh > $LOGS/env.log 2>&1
 unset COPYFIX_EMULATION
@@ -65,21 +45,10 @@ for step in "$@"; do
     misses)
       timeout "$(left)" python3 -m copyfix.measure.miss_cost --out "$OUT/launch_cache_misses_h200.json" \
         --section-into "$OUT/launch_cache_h200.json" ${MC_ARGS:-} > "$log" 2>&1 ;;
-    affinity) fresh 3 copyfix.measure.affinity "$OUT/affinity_h200.json" ${AF_ARGS:-} ;;
-    trim) fresh 5 copyfix.measure.trim_probe "$OUT/trim_probe_h200.json" ;;
-    pin)
-      cpu=$(python3 -m copyfix.measure.affinity --pick-from "$OUT/affinity_h200.json") &&
-        python3 -c "import os, sys; os.sched_setaffinity($BASHPID, {int(sys.argv[1])})" "$cpu" &&
-        echo "pinned to CPU $cpu: $(python3 -c 'import os; print(os.sched_getaffinity(0))')" > "$log" 2>&1 ;;
-    bd|bd-head)
-      name=fork; [ $step = bd-head ] && name=head
-      COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m copyfix.measure.breakdown --layout transposed \
-        --label $name-transposed --out "$OUT/launch_breakdown_h200.json" ${BD_ARGS:-} >> "$log" 2>&1 ;;
     cost-head)
       tree=/tmp/fghead && rm -rf $tree && mkdir -p $tree && cp -r .upstream/main/src $tree/
       PYTHONPATH=harness python3 -m copyfix.upstream.later --head-tree $tree > "$log" 2>&1
-      FLAGGEMS_BASE=$tree PYTHONPATH=harness python3 -c \
-        "from pathlib import Path; from copyfix.compose import compose; compose(Path('.').resolve(), editable=False)" >> "$log" 2>&1
+      FLAGGEMS_BASE=$tree PYTHONPATH=harness python3 -m copyfix.compose --no-editable >> "$log" 2>&1
       COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m copyfix.measure.launch_cost kunlunxin-emulated-head \
         --out "$OUT/launch_cache_h200.json" ${LC_ARGS:-} >> "$log" 2>&1 ;;
     up-*)

@@ -16,8 +16,7 @@ part=$1 jobs=$2 budget=$3
 # not see its torch), so that cosmic-ray's scripts sit beside its python
 python3 -m pip install -q --no-index --no-deps --no-compile $(ls .whl/*.whl | grep -v flag_gems) || exit 1
 rm -rf /tmp/fgbase && python3 -m zipfile -e .whl/flag_gems-5.0.2-py3-none-any.whl /tmp/fgbase
-FLAGGEMS_BASE=/tmp/fgbase PYTHONPATH=harness python3 -c \
-  "from pathlib import Path; from copyfix.compose import compose; compose(Path('.').resolve(), editable=True)" || exit 1
+FLAGGEMS_BASE=/tmp/fgbase PYTHONPATH=harness python3 -m copyfix.compose || exit 1
 mkdir -p build/mutation/cpu && cp .mutdev/session.sqlite .mutdev/run.json build/mutation/cpu/
 export CUDA_VISIBLE_DEVICES="" PYTHONPATH=harness PYTHONUNBUFFERED=1
 # DEADLINE (s) ends the run in any case, so that the copies below still come back

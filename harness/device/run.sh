@@ -2,7 +2,8 @@
 # Harness: the GPU runs behind the recorded figures, on the lent NVIDIA machine (cuda mode).
 #   bash harness/device/run.sh STEP...
 # Steps: probe suite bench main-suite upstream main-upstream
-# upstream-ci main-upstream-ci pr2. (Host cost per call: harness/device/launch_cache.sh cost.) JSON results land in $OUT, the logs in
+# upstream-ci main-upstream-ci pr2 to_copy. (Host cost per call: harness/device/launch_cache.sh cost.)
+# pr2 and to_copy: harness/device/conversions.sh pr2|to_copy. JSON results land in $OUT, the logs in
 # $OUT/logs.tgz (the device tool brings back at most 8 files). Upstream FlagGems travels
 # in .upstream/ (git-ignored; made from the fetched mirror, never committed):
 #   G=<mirror git dir>; mkdir -p .upstream
@@ -21,8 +22,7 @@ main_env() {  # a second copy of the repo, composed over FlagGems main
   if [ ! -d /tmp/rmain ]; then
     mkdir -p /tmp/fgmain && cp -r .upstream/main/src /tmp/fgmain/
     mkdir /tmp/rmain && tar --exclude=./build --exclude=./.whl --exclude=./.upstream -cf - . | tar -xf - -C /tmp/rmain
-    (cd /tmp/rmain && FLAGGEMS_BASE=/tmp/fgmain PYTHONPATH=harness python3 -c \
-      "from pathlib import Path; from copyfix.compose import compose; compose(Path('.').resolve(), editable=False)")
+    (cd /tmp/rmain && FLAGGEMS_BASE=/tmp/fgmain PYTHONPATH=harness python3 -m copyfix.compose --no-editable)
   fi
   cd /tmp/rmain && export PYTHONPATH=/tmp/site:/tmp/rmain/build/composed:/tmp/rmain/harness
 }
@@ -44,12 +44,19 @@ for step in "$@"; do
     upstream) upstream_check .upstream/v5.0.2 v5.0.2 upstream_check_cuda.json > "$log" 2>&1 ;;
     main-upstream) upstream_check .upstream/main main-2026-08-21 upstream_check_cuda_main.json > "$log" 2>&1 ;;
     upstream-ci|main-upstream-ci)  # upstream's tools/test-op.sh per PR file, device model on
+      # (the committed upstream_ci_cuda.json is the starting point: bases not run are kept;
+      # coverage, which test-op.sh runs, is a wheel in .whl/ installed by env.sh into /tmp/site:
+      # pip download coverage==7.10.7 --no-deps --only-binary=:all: --python-version 3.12
+      # --platform manylinux_2_28_x86_64 -d .whl; --budget ends the runs in time to write)
       ck=.upstream/v5.0.2; lb=v5.0.2; [ $step = main-upstream-ci ] && ck=.upstream/main lb=main-2026-08-21
       [ -f "$OUT/upstream_ci_cuda.json" ] || cp results/upstream_ci_cuda.json "$OUT/" 2>/dev/null
-      timeout "$(left)" python3 -m copyfix.upstream.ci "$ck" --mode cuda --label $lb \
-        --machine "nvidia-h200: 1 H200, 16 CPU cores" --no-docs --results "$OUT/upstream_ci_cuda.json" \
+      UPSTREAM_CI_PATH_PREPEND=/tmp/site/bin timeout "$(left)" python3 -m copyfix.upstream.ci "$ck" \
+        --mode cuda --label $lb --machine "nvidia-h200: 1 H200, 16 CPU cores" --no-docs \
+        --results "$OUT/upstream_ci_cuda.json" --budget $(( $(left) - 20 )) --log-dir "$LOGS/$step" \
         ${UPSTREAM_CI_ARGS:-} > "$log" 2>&1 ;;
-    pr2) DEADLINE=$(( $(left) - 10 )) timeout "$(left)" bash harness/device/pr2.sh > "$log" 2>&1; cp /tmp/pr2logs/*.log $LOGS/ 2>/dev/null ;;
+    pr2|to_copy)  # a conversion PR: its op's dtype pairs and its upstream tests
+      DEADLINE=$(( $(left) - 10 )) timeout "$(left)" bash harness/device/conversions.sh $step > "$log" 2>&1
+      cp /tmp/$step-logs/*.log $LOGS/ 2>/dev/null ;;
   esac
   echo "=== $step rc=$? $(date +%T)"; grep -v -i "warn" "$log" | tail -n 4
 done

@@ -112,7 +112,7 @@ def test_worker_processes_are_run_and_combined(monkeypatch, tmp_path):
     assert len(row["per_process"]) == 3
 
 
-def _start(date, ratios_by_process, rounds=19, backend="kunlunxin-emulated"):
+def _start(date, ratios_by_process, backend="kunlunxin-emulated"):
     """A start whose three strided layouts each ran in len(ratios_by_process) processes
     of aten 10 us, process i at ratios_by_process[i]."""
     from copyfix.measure.launch_cost import STRIDED
@@ -120,80 +120,103 @@ def _start(date, ratios_by_process, rounds=19, backend="kunlunxin-emulated"):
     rows = []
     for name in STRIDED:
         runs = [[_row(10.0, 10.0 * r, name=name)] for r in ratios_by_process]
-        rows += combine(runs) if len(runs) > 1 else runs[0]
+        rows += combine(runs)
     for r in rows:
         r["backend"] = backend
     n = len(ratios_by_process)
-    return {"date": date, "ops": rows, "runs": {backend: {"processes": n, "rounds": rounds}},
-            "summary": {"nvidia": {"median_after_over_eager": 2.2}}}  # fmt: skip
+    return {"date": date, "ops": rows, "runs": {backend: {"processes": n}}}
 
 
-def test_starts_table_reads_each_start_and_counts_single_processes():
-    from copyfix.measure.launch_cost import start_row, starts_table
+def test_starts_summary_takes_each_starts_median_then_the_median_over_starts():
+    from copyfix.measure.launch_cost import add_start, start_entry, starts_lines
 
-    # median of five 2.4 although two processes exceed 2.5; a single process at 2.51
-    data = _start("A", [2.3, 2.4, 2.6, 2.7, 2.35])
-    data["same_op_other_starts"] = [_start("B", [2.51], rounds=15)]
-    row = start_row(data, "kunlunxin-emulated")
-    assert row["ratios"] == pytest.approx([2.4] * 3)
-    assert (row["over"], row["samples"]) == (6, 15)
-    assert row["aten_us"] == (10.0, 10.0)
-    assert start_row(data, "kunlunxin-emulated-head") is None
-    table = [
-        line
-        for line in starts_table(data)
-        if line.startswith("| A") or line.startswith("| B")
-    ]
-    assert table == [
-        "| A (the record) | 5 x 19 | fork | 2.40 / 2.40 / 2.40 | yes | 10.0-10.0 | 6 of 15 | 2.20 |",
-        "| B | 1 x 15 | fork | 2.51 / 2.51 / 2.51 | **no** | 10.0-10.0 | 3 of 3 | 2.20 |",
-    ]
-
-
-def test_starts_table_adds_the_median_over_five_process_starts():
-    from copyfix.measure.launch_cost import starts_table
-
-    data = _start("A", [2.4] * 5)
-    data["same_op_other_starts"] = [
-        _start("C", [2.6] * 5),
-        _start("D", [2.45] * 5),
-        _start("E", [3.0]),  # one process: not among them
-    ]
-    rows = [line for line in starts_table(data) if line.startswith("| median")]
-    assert rows == [
-        "| median of the 3 five-process starts | | fork | 2.45 / 2.45 / 2.45 | yes | | | |"
-    ]
-    data["same_op_other_starts"][1] = _start("D", [2.55] * 5)
-    rows = [line for line in starts_table(data) if line.startswith("| median")]
-    assert rows == [
-        "| median of the 3 five-process starts | | fork | 2.55 / 2.55 / 2.55 | **no** | | | |"
-    ]
+    # each start's ratio is the median over its processes (2.4 although two exceed 2.5)
+    a = _start("A", [2.3, 2.4, 2.6, 2.7, 2.35])
+    assert start_entry(a) == {
+        "date": "A",
+        "kunlunxin-emulated": pytest.approx([2.4] * 3),
+    }
+    data = {"op_commit": "abcdef0123", "date": "A", "ops": a["ops"], "runs": a["runs"]}
+    for date, ratio in (("C", 2.6), ("D", 2.45)):
+        data = add_start(
+            {**_start(date, [ratio] * 5), "starts": data.get("starts", {})}
+        )
+    data = add_start({**data, **a, "op_commit": "abcdef0123"})
+    st = data["starts"]
+    assert [e["date"] for e in st["each"]] == ["A", "D", "C"]
+    assert st["median"] == {"kunlunxin-emulated": pytest.approx([2.45] * 3)}
+    assert st["range"] == {"kunlunxin-emulated": [pytest.approx([2.4, 2.6])] * 3}
+    assert starts_lines(data)[-1] == (
+        "| kunlunxin-emulated | 2.45 / 2.45 / 2.45 "
+        "| 2.40-2.60 / 2.40-2.60 / 2.40-2.60 | yes |"
+    )
+    data = add_start({**_start("D", [2.55] * 5), "starts": st})  # D again: replaced
+    assert [e["date"] for e in data["starts"]["each"]] == ["D", "A", "C"]
+    assert starts_lines(data)[-1] == (
+        "| kunlunxin-emulated | 2.55 / 2.55 / 2.55 "
+        "| 2.40-2.60 / 2.40-2.60 / 2.40-2.60 | **no** |"
+    )
 
 
-def test_starts_table_agrees_with_each_recorded_starts_own_bounds():
-    from copyfix.measure.launch_cost import _KX, starts_table
+def test_recorded_starts_begin_with_the_record_and_agree_with_its_summary():
+    from copyfix.measure.launch_cost import (
+        KUNLUNXIN_BACKENDS,
+        start_entry,
+        starts_summary,
+    )
 
     data = json.loads((RESULTS / "launch_cache_h200.json").read_text())
-    starts = [data, *data.get("same_op_other_starts", [])]
-    rows = [line for line in starts_table(data) if line.startswith("| 20")]
-    want = []
-    for start in starts:
-        for backend in _KX:
-            key = f"{backend} each after/aten <= 2.5 (issue 32)"
-            if key in start.get("bounds", {}):
-                want.append(start["bounds"][key])
-    assert [("| yes |" in line) for line in rows] == want
+    st = data["starts"]
+    assert st["each"][0] == start_entry(data)
+    assert starts_summary(st["each"]) == st
+    assert set(st["median"]) == {*KUNLUNXIN_BACKENDS, "nvidia"} and len(st["each"]) == 5
+    assert (
+        st["each"][0]["nvidia"] == data["summary"]["nvidia"]["median_after_over_eager"]
+    )
 
 
-def test_phase_table_groups_single_processes_by_aten_time():
-    from copyfix.measure.launch_cost import phase_table
+def test_starts_summary_reads_nvidias_median_against_issue_31():
+    from copyfix.measure.launch_cost import starts_lines, starts_summary
 
-    calm = _start("A", [2.3, 2.4, 2.6])  # rewritten below to aten 6 us: the calm group
-    for r in calm["ops"]:
-        for p in r["per_process"]:
-            p["eager_us"], p["after_us"] = 6.0, 6.0 * p["after_us"] / 10.0
-    data = {**calm, "same_op_other_starts": [_start("B", [2.51])]}
-    assert phase_table(data)[-2:] == [
-        "| < 8 | 9 | 6 | 2.40 | 2.60 |",
-        "| >= 8 | 3 | 0 | 2.51 | 2.51 |",
-    ]
+    each = [{"date": d, "nvidia": r} for d, r in (("A", 2.2), ("B", 2.4), ("C", 2.35))]
+    data = {"op_commit": "abc", "starts": starts_summary(each)}
+    assert data["starts"]["median"] == {"nvidia": 2.35}
+    assert data["starts"]["range"] == {"nvidia": [2.2, 2.4]}
+    assert starts_lines(data)[-1] == "| nvidia | 2.35 | 2.20-2.40 | **no** |"
+
+
+def test_conversion_records_keep_the_cells_that_are_not_torchs_and_their_sums():
+    # results/ keeps each conversion matrix's summary (every cell counted) and only the
+    # cells that are not torch's: what is left must add up to the summary
+    from copyfix.measure.generic_conversions import compact_pairs, dumps
+
+    files = sorted(RESULTS.glob("*_conversions_*.json"))
+    assert files
+    for path in files:
+        data = json.loads(path.read_text())
+        assert dumps(data) == path.read_text(), path.name  # the writer's own shape
+        for part in (data, data.get("kunlunxin", {})):
+            for base, sec in part.get("bases", {}).items():
+                pairs, s = sec["pairs"], sec["summary"]
+                assert compact_pairs(pairs) == pairs, (path.name, base)
+                rows = [
+                    r
+                    for e in pairs.values()
+                    for r in e.values()
+                    if "torch_error" not in r
+                ]
+                for which in ("before", "after"):
+                    assert (
+                        sum(r[f"{which}_differ"] or 0 for r in rows)
+                        == s[f"{which}_differ"]
+                    )
+                    errors = sum(r[f"{which}_differ"] is None for r in rows)
+                    assert errors == s[f"{which}_errors"], (path.name, base, which)
+                    differ = sorted(p for p, e in pairs.items() if any(
+                        r.get(f"{which}_differ") or r.get(f"{which}_error") for r in e.values()
+                    ))  # fmt: skip
+                    assert differ == s[f"pairs_{which}_differ"], (
+                        path.name,
+                        base,
+                        which,
+                    )

@@ -97,6 +97,19 @@ def test_wheel_compose_copies_instead_of_linking(tmp_path, monkeypatch):
     assert composed.read_bytes() == (proj / "src" / "flag_gems" / COPY_REL).read_bytes()
 
 
+def test_compose_command_composes_the_project_given(tmp_path, monkeypatch, capsys):
+    # python -m copyfix.compose [--project DIR] [--no-editable], as the device scripts run it
+    proj = _project(tmp_path)
+    base = _fake_checkout(tmp_path / "upstream", _pristine_base_copy().read_bytes())
+    monkeypatch.setenv("FLAGGEMS_BASE", str(base))
+    assert compose.main(["--project", str(proj), "--no-editable"]) == 0
+    out = Path(capsys.readouterr().out.strip())
+    assert out == proj.resolve() / "build" / "composed"
+    assert not (out / "flag_gems" / COPY_REL).is_symlink()
+    assert compose.main(["--project", str(proj)]) == 0
+    assert (out / "flag_gems" / COPY_REL).is_symlink()
+
+
 def test_wrong_base_stops_with_both_hashes_and_leaves_nothing(tmp_path, monkeypatch):
     proj = _project(tmp_path)
     edited = _pristine_base_copy().read_bytes() + b"\n# someone else's change\n"

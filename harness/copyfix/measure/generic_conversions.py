@@ -26,7 +26,10 @@ in this repository's emulation the dispatched op is the kunlunxin one.  Modes:
     PYTHONPATH=harness python -m copyfix.measure.generic_conversions --out results/generic_conversions_cpu.json
 
 ``--label`` names the FlagGems base; a file that exists is merged into (one section per
-base, the summary sums them), so one file can hold 5.0.2 and main.
+base, the summary sums them), so one file can hold 5.0.2 and main.  The summary counts
+every cell; ``pairs`` keeps only the cells that are not torch's before and after
+(:func:`compact_pairs`: a difference, an error, named by its exception class, or
+torch's own error), one pair a line; ``--full`` writes every cell with its whole error.
 """
 
 from __future__ import annotations
@@ -427,6 +430,52 @@ def summarise(pairs: dict) -> dict:
     return total
 
 
+def compact_pairs(pairs: dict) -> dict:
+    """``pairs`` less every cell that matched torch before and after (and the pairs left
+    empty), each error cut to its exception class: what results/ keeps of the matrix."""
+    out = {}
+    for pair, entry in pairs.items():
+        cells = {
+            layout: {
+                k: v.split(":", 1)[0] if k.endswith("_error") and v else v
+                for k, v in row.items()
+            }
+            for layout, row in entry.items()
+            if "torch_error" in row
+            or row["before_differ"] != 0
+            or row["after_differ"] != 0
+        }
+        if cells:
+            out[pair] = cells
+    return out
+
+
+def dumps(data: dict) -> str:
+    """``data`` as indented JSON, but each entry of any ``pairs`` mapping on one line."""
+    entries = []
+
+    def mark(x):
+        if isinstance(x, list):
+            return [mark(v) for v in x]
+        if not isinstance(x, dict):
+            return x
+        out = {}
+        for k, v in x.items():
+            if k == "pairs" and isinstance(v, dict):
+                out[k] = {}
+                for pair, entry in v.items():
+                    out[k][pair] = f"@pair{len(entries)}@"
+                    entries.append(entry)
+            else:
+                out[k] = mark(v)
+        return out
+
+    text = json.dumps(mark(data), indent=1)
+    for i, entry in enumerate(entries):
+        text = text.replace(f'"@pair{i}@"', json.dumps(entry), 1)
+    return text + "\n"
+
+
 # -------------------------------------------------- compiled conversions (no GPU)
 
 # Triton's names of the torch dtypes (pointer signatures)
@@ -676,6 +725,11 @@ def main(argv=None) -> int:
         help="print the PTX conversions of a copy.py's kernels for sm_90 (no GPU): "
         'PLAN_JSON maps "src->dst" to a scalar function name',
     )
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="keep every cell and whole errors (default: only those not torch's)",
+    )
     parser.add_argument("--sources", nargs="*", help=argparse.SUPPRESS)  # a job's part
     parser.add_argument("--part", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -731,11 +785,11 @@ def main(argv=None) -> int:
         "summary": summarise(pairs),
         "issue_cases": cases,
         "related": related,
-        "pairs": pairs,
+        "pairs": pairs if args.full else compact_pairs(pairs),
     }  # fmt: skip
     data = merge(args.out, args.label or ops["base"], section, args.section)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=1) + "\n")
+    args.out.write_text(dumps(data))
     s = section["summary"]
     print(
         f"{mode} base {args.label or ops['base']}: {len(pairs)} pairs x {len(LAYOUTS)} layouts; "

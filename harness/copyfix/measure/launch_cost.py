@@ -27,6 +27,12 @@ The JSON is merged by (name, backend), so the two backends can run as two proces
 ``--processes N``: the measurement runs in N fresh worker processes, one after another,
 and each row combines them (:func:`combine`): a ratio is then the median over the
 processes of each process's own ratio, every process's figures kept beside it.
+
+The record's ``starts`` keeps, of every five-process machine start on its op, only what
+the bounds read (:func:`start_entry`: the strided ``copy_`` after/aten per KunlunXIN
+integration, NVIDIA's median after/eager), with the median and min-max over the starts
+(:func:`starts_summary`); :func:`add_start` puts a new start's record there (its
+``date`` set) and a run on another op drops them.
 """
 
 from __future__ import annotations
@@ -113,30 +119,6 @@ def _kunlunxin_cases(torch, device):
 
 # The copy_ layouts issue 32 bounds (contiguous goes to native on both integrations)
 STRIDED = ("copy_transposed", "copy_expanded_sdpa_mask", "copy_step_slice")
-
-
-def strided_copy_rows():
-    """The cuda (or cpu) emulation activated, and (mode, torch, flag_gems, cases, gems):
-    :func:`_kunlunxin_cases`' :data:`STRIDED` rows on FlagGems' device and the
-    ``use_gems(include=["copy_"])`` context, each row run once under it (the copy module
-    imported, its kernels compiled)."""
-    from copyfix import emulation
-
-    mode = emulation.activate()
-    import torch
-
-    import flag_gems
-
-    cases = {
-        k: v
-        for k, v in _kunlunxin_cases(torch, flag_gems.device).items()
-        if k in STRIDED
-    }
-    gems = lambda: flag_gems.use_gems(include=["copy_"])  # noqa: E731
-    with gems():
-        for fn in cases.values():
-            fn()
-    return mode, torch, flag_gems, cases, gems
 
 
 def _floor(torch, timer, device):
@@ -477,7 +459,10 @@ def main(argv=None) -> int:
         records, run = measure(args.backend, args.calls, args.rounds, args.profile)
     data = json.loads(args.out.read_text()) if args.out.is_file() else {}
     keep = [r for r in data.get("ops", []) if r["backend"] != args.backend]
-    data["op_commit"] = _op_commit()
+    commit = _op_commit()
+    if data.get("op_commit") != commit:  # another op's starts do not carry over
+        data.pop("starts", None)
+    data["op_commit"] = commit
     data["ops"] = keep + records
     data.setdefault("runs", {})[args.backend] = run
     data["summary"] = summarize(data["ops"])
@@ -584,129 +569,102 @@ def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> li
             f"Upstream tests with PR 3, {base}: {t['passed']} passed, {t['failed']} failed, "
             f"{t['skipped']} skipped ({len(t['files'])} files)."
         )
-    return lines + starts_table(data) + phase_table(data)
+    return lines + starts_lines(data)
 
 
-_KX = ("kunlunxin-emulated", "kunlunxin-emulated-head")
-COPY_BOUND = 2.5
+COPY_BOUND = 2.5  # issue 32: each strided copy_ after/aten, per integration
+NVIDIA_MEDIAN_BOUND = 2.3  # issue 31: the NVIDIA ops' median after/eager
 
 
-def _starts(data: dict) -> list[dict]:
-    """The record's own start, then the other starts on its op."""
-    return [data, *data.get("same_op_other_starts", [])]
+def start_entry(record: dict) -> dict:
+    """One machine start's entry of ``starts`` from its full record: its date, per
+    KunlunXIN integration (:data:`KUNLUNXIN_BACKENDS`) that has them the :data:`STRIDED`
+    rows' after/aten as the record reads them (the median over its worker processes),
+    and ``nvidia``: its median after/eager over the NVIDIA ops (issue 31's figure)."""
+    entry = {"date": record.get("date", "")}
+    cpus = {tuple(run.get("cpus_allowed") or ()) for run in record["runs"].values()}
+    if len(cpus) == 1 and len(next(iter(cpus))) == 1:  # every backend pinned to one CPU
+        entry["pinned_cpu"] = next(iter(cpus))[0]
+    for backend in KUNLUNXIN_BACKENDS:
+        rows = {r["name"]: r for r in record["ops"] if r["backend"] == backend}
+        if all(name in rows for name in STRIDED):
+            entry[backend] = [_ratio(rows[name], "after_us") for name in STRIDED]
+    nvidia = record.get("summary", {}).get("nvidia", {})
+    if "median_after_over_eager" in nvidia:
+        entry["nvidia"] = nvidia["median_after_over_eager"]
+    return entry
 
 
-def _process_samples(row: dict) -> list[tuple[float, float]]:
-    """(aten µs, after/aten) of each worker process of ``row`` (the row itself where
-    it ran in one process)."""
-    return [
-        (p["eager_us"], p["after_us"] / p["eager_us"])
-        for p in row.get("per_process") or [row]
-    ]
-
-
-def start_row(start: dict, backend: str) -> dict | None:
-    """One machine start's strided copy_ rows of ``backend``: each layout's after/aten
-    (as the record reads it), aten's range over those rows (every worker process), and
-    how many single-process ratios exceed :data:`COPY_BOUND`; None if it lacks them."""
-    rows = {r["name"]: r for r in start["ops"] if r["backend"] == backend}
-    if not all(name in rows for name in STRIDED):
-        return None
-    samples = [s for name in STRIDED for s in _process_samples(rows[name])]
-    return {
-        "ratios": [_ratio(rows[name], "after_us") for name in STRIDED],
-        "aten_us": (min(e for e, _ in samples), max(e for e, _ in samples)),
-        "over": sum(ratio > COPY_BOUND for _, ratio in samples),
-        "samples": len(samples),
+def starts_summary(each: list[dict]) -> dict:
+    """The record's ``starts``: every five-process machine start on its op (``each``,
+    :func:`start_entry`'s, the record's own first), and the median over them and the
+    min-max of each figure: per KunlunXIN integration each strided layout's after/aten,
+    and NVIDIA's median after/eager."""
+    out = {
+        "what": "every five-process machine start on this op (this record's first): per "
+        "KunlunXIN integration the strided copy_ after/aten (layouts in order of "
+        "'layouts'), and nvidia's median after/eager over its ops; median and min-max "
+        "over the starts",
+        "layouts": list(STRIDED),
+        "each": each,
+        "median": {},
+        "range": {},
     }
+    for backend in KUNLUNXIN_BACKENDS:
+        cols = list(zip(*(e[backend] for e in each if backend in e)))
+        if cols:
+            out["median"][backend] = [statistics.median(c) for c in cols]
+            out["range"][backend] = [[min(c), max(c)] for c in cols]
+    nvidia = [e["nvidia"] for e in each if "nvidia" in e]
+    if nvidia:
+        out["median"]["nvidia"] = statistics.median(nvidia)
+        out["range"]["nvidia"] = [min(nvidia), max(nvidia)]
+    return out
 
 
-# aten's own copy time (µs) splitting a host's calm phases from its slow ones
-ATEN_SLOW_US = 8.0
-
-
-def phase_table(data: dict) -> list[str]:
-    """Every single-process strided copy_ ratio of every start on the record's op,
-    grouped by aten's own time in that process (calm below :data:`ATEN_SLOW_US`):
-    how many are within :data:`COPY_BOUND`, their median and maximum."""
-    samples = [
-        s
-        for start in _starts(data)
-        for r in start["ops"]
-        if r["backend"] in _KX and r["name"] in STRIDED
-        for s in _process_samples(r)
+def add_start(data: dict) -> dict:
+    """``data`` (a full five-process record, its ``date`` set) with its own start put
+    first in ``starts`` (a start of that date replaced) and the summary recomputed."""
+    each = [
+        e for e in data.get("starts", {}).get("each", []) if e["date"] != data["date"]
     ]
-    if not samples:
+    return {**data, "starts": starts_summary([start_entry(data), *each])}
+
+
+def _start_name(entry: dict) -> str:
+    pinned = entry.get("pinned_cpu")
+    return entry["date"] + ("" if pinned is None else f" pinned to CPU {pinned}")
+
+
+def starts_lines(data: dict) -> list[str]:
+    """The ``starts`` summary as one table: the median over the five-process starts of
+    each KunlunXIN integration's strided after/aten and of NVIDIA's median after/eager,
+    their min-max, and the issues' bounds read on that median."""
+    st = data.get("starts")
+    if not st or not st["median"]:
         return []
     lines = [
         "",
-        "The same single-process ratios by aten's own time in that process (the host's phase):",
+        f"Over the {len(st['each'])} five-process machine starts on op "
+        f"`{(data.get('op_commit') or 'unknown')[:7]}` "
+        f"({', '.join(map(_start_name, st['each']))}): KunlunXIN `copy_` after/aten "
+        f"({' / '.join(st['layouts'])}; issue 32: each <= {COPY_BOUND}), NVIDIA's median "
+        f"after/eager over its ops (issue 31: <= {NVIDIA_MEDIAN_BOUND}):",
         "",
-        "| aten µs | processes | within 2.5x | median after/aten | max |",
-        "|---|---:|---:|---:|---:|",
+        "| backend | median over starts | min-max over starts | median within the bound |",
+        "|---|---|---|---|",
     ]
-    for name, slow in ((f"< {ATEN_SLOW_US:g}", False), (f">= {ATEN_SLOW_US:g}", True)):
-        group = [ratio for aten, ratio in samples if (aten >= ATEN_SLOW_US) == slow]
-        if group:
-            lines.append(
-                f"| {name} | {len(group)} | {sum(r <= COPY_BOUND for r in group)} "
-                f"| {statistics.median(group):.2f} | {max(group):.2f} |"
-            )
-    return lines
-
-
-def _ratios_cells(backend: str, ratios: list) -> str:
-    """The integration, the strided ratios and whether each is within the bound."""
-    ok = all(r <= COPY_BOUND for r in ratios)
-    return (
-        f"{'head' if backend.endswith('head') else 'fork'} "
-        f"| {' / '.join(f'{r:.2f}' for r in ratios)} | {'yes' if ok else '**no**'}"
-    )
-
-
-def starts_table(data: dict) -> list[str]:
-    """Every machine start of the record's op (the record, then same_op_other_starts):
-    protocol, and per integration the strided layouts' after/aten, whether each is
-    within the bound, aten's range and the single processes above it."""
-    lines = [
-        "",
-        f"Every start on op `{(data.get('op_commit') or 'unknown')[:7]}`, KunlunXIN "
-        "`copy_` after/aten (transposed / SDPA mask / step slice; bound "
-        f"{COPY_BOUND}); single processes above it, of all; NVIDIA median after/eager:",
-        "",
-        "| start | processes x rounds | integration | after/aten | within | aten µs "
-        "| processes above | nvidia median |",
-        "|---|---|---|---|---|---|---:|---:|",
-    ]
-    fives = {backend: [] for backend in _KX}  # the five-process starts' ratios
-    for i, start in enumerate(_starts(data)):
-        runs = start.get("runs", {})
-        nv = start.get("summary", {}).get("nvidia", {})
-        for backend in _KX:
-            row = start_row(start, backend)
-            if row is None:
-                continue
-            run = runs.get(backend, {})
-            if run.get("processes", 1) >= 5:
-                fives[backend].append(row["ratios"])
-            cpus = run.get("cpus_allowed") or []
-            pinned = f", pinned to CPU {cpus[0]}" if len(cpus) == 1 else ""
-            lines.append(
-                f"| {start.get('date', '')}{' (the record)' if i == 0 else ''} "
-                f"| {run.get('processes', 1)} x {run.get('rounds', '?')}{pinned} "
-                f"| {_ratios_cells(backend, row['ratios'])} "
-                f"| {row['aten_us'][0]:.1f}-{row['aten_us'][1]:.1f} "
-                f"| {row['over']} of {row['samples']} "
-                f"| {nv.get('median_after_over_eager', float('nan')):.2f} |"
-            )
-    for (
-        backend,
-        ratios,
-    ) in fives.items():  # what a bound on the median over starts reads
-        if len(ratios) > 1:
-            med = [statistics.median(col) for col in zip(*ratios)]
-            lines.append(
-                f"| median of the {len(ratios)} five-process starts | "
-                f"| {_ratios_cells(backend, med)} | | | |"
-            )
+    for backend, med in st["median"].items():
+        meds, spread = (
+            (med, st["range"][backend])
+            if isinstance(med, list)
+            else ([med], [st["range"][backend]])
+        )
+        bound = NVIDIA_MEDIAN_BOUND if backend == "nvidia" else COPY_BOUND
+        ok = all(r <= bound for r in meds)
+        lines.append(
+            f"| {backend} | {' / '.join(f'{r:.2f}' for r in meds)} "
+            f"| {' / '.join(f'{lo:.2f}-{hi:.2f}' for lo, hi in spread)} "
+            f"| {'yes' if ok else '**no**'} |"
+        )
     return lines

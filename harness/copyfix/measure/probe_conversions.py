@@ -28,11 +28,11 @@ compares it with the recorded device file.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
 import sys
+from pathlib import Path
 
 import torch
 
@@ -407,9 +407,9 @@ def main(argv=None) -> int:
         "inputs": {name: to_bits(inputs(name)) for name in DTYPES},
         "pairs": probe(device),
     }
-    with open(args.out, "w") as f:
-        json.dump(record, f, indent=1)
-        f.write("\n")
+    from copyfix.measure.generic_conversions import dumps  # (one pair a line)
+
+    Path(args.out).write_text(dumps(record))
     differ = [
         p
         for p, e in record["pairs"].items()

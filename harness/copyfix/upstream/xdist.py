@@ -9,7 +9,7 @@ work unchanged; upstream main's conftest does the same itself (``setdefault``). 
 checkout and its conftest are left as they are.
 
 Loaded alone (``-p copyfix.upstream.xdist``, harness/device/launch_cache.sh and
-harness/device/to_copy.sh) it changes nothing else: no emulation, no selection.
+harness/device/conversions.sh to_copy) it changes nothing else: no emulation, no selection.
 ``copyfix.upstream.plugin`` (upstream-check, upstream-ci) calls
 :func:`give_results_an_entry` from its own hookwrapper.
 """
