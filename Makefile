@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.copyfix-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv demo test test-head test-checkout-base test-triton lint bench pr patch upstream-check upstream-discover upstream-ci upstream-later mutate clean
+.PHONY: venv demo test test-head test-checkout-base test-triton lint bench decode pr patch upstream-check upstream-discover upstream-ci upstream-later mutate clean
 
 venv: $(STAMP)
 
@@ -55,6 +55,12 @@ lint: venv
 
 bench: venv
 	$(PY) -m copyfix.bench $(BENCH_ARGS)
+
+# A Hugging Face Llama decode under FlagGems (issue 51): eager / stock / composed tok/s,
+# the cache's hit rate, cache on = off, the KunlunXIN emulation (the GPU box runs it:
+# harness/device/decode.sh; DECODE_ARGS="--mode cpu --configs tiny ..." here).
+decode: venv
+	$(PY) -m copyfix.measure.decode $(DECODE_ARGS)
 
 patch: venv
 	$(PY) -m copyfix.export patch

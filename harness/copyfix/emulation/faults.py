@@ -31,6 +31,12 @@ The rules this model keeps (each has a test in tests/harness/test_device_model.p
    ``redispatch`` with the CompositeExplicitAutograd keyset, below the device key; the model
    intercepts that call too (``_FaultyHandle``), with the same rules.
 
+**Recording instead of raising.**  Given a list (``record=``), :func:`xpu_device_model` and
+:func:`xpu_fallback_failure` append one entry per copy the model would fault (which way
+it reached aten, both layouts, the FlagGems op and the caller's line that led there:
+:func:`fault_entry`) and let aten run it, so a whole run lists every such copy instead
+of stopping at the first.
+
 cpu mode keeps a narrower fault (:func:`xpu_fallback_failure`): there the emulated device
 and the host that holds the references are the same CPU, so faulting every CPU copy
 would break the references and torch itself.  Only FlagGems' fallback (the redispatch)
@@ -41,6 +47,7 @@ model on the CPU key for a scope, which the model's own tests use.
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import Iterator
 
 _WHY = (
@@ -126,6 +133,56 @@ def fault_applies(dst, src, device_type: str) -> bool:
     )
 
 
+# frames of these packages are the machinery between a caller and aten, not a call site
+_MACHINERY = ("/torch/", "/copyfix/emulation/", "/contextlib.py", "/flag_gems/")
+
+
+def _frame_label(frame) -> str:
+    code = frame.f_code
+    path = code.co_filename
+    short = path.split("/site-packages/")[-1].split("/flag_gems/")[-1]
+    return f"{short}:{frame.f_lineno} {code.co_name}"
+
+
+def fault_entry(dst, src, via: str) -> dict:
+    """What a recording model lists for one faulting copy: ``via`` ("dispatch": a
+    copy_ dispatched to the device key, e.g. torch's clone/contiguous; "redispatch":
+    FlagGems' own fallback), both layouts, ``op``: the outermost FlagGems frame (the
+    op torch dispatched to, None if FlagGems is not on the stack), and ``call_site``:
+    the innermost frame outside torch, FlagGems and the emulation."""
+    op = call_site = None
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if "/flag_gems/" in path:
+            op = _frame_label(frame)
+        elif call_site is None and not any(m in path for m in _MACHINERY):
+            call_site = _frame_label(frame)
+        frame = frame.f_back
+    return {
+        "via": via,
+        "op": op,
+        "call_site": call_site,
+        "dst": _layout(dst),
+        "src": _layout(src),
+    }
+
+
+def _layout(t) -> dict:
+    return {
+        "shape": list(t.shape),
+        "stride": list(t.stride()),
+        "dtype": str(t.dtype).replace("torch.", ""),
+    }
+
+
+def _fault(dst, src, via: str, record: list | None) -> None:
+    """Raise the device's error, or (``record`` given) append :func:`fault_entry`."""
+    if record is None:
+        raise invalid_device_function()
+    record.append(fault_entry(dst, src, via))
+
+
 def _device_type() -> str:
     from . import require
 
@@ -135,15 +192,16 @@ def _device_type() -> str:
 class _FaultyHandle:
     """aten::copy_'s operator handle, with the model applied to ``redispatch``."""
 
-    def __init__(self, handle, device_type):
+    def __init__(self, handle, device_type, record=None):
         self._stock = handle
         self._device_type = device_type
+        self._record = record
 
     def redispatch_boxed(self, keyset, *args, **kwargs):
         dst = args[0] if args else kwargs.get("self")
         src = args[1] if len(args) > 1 else kwargs.get("src")
         if fault_applies(dst, src, self._device_type):
-            raise invalid_device_function()
+            _fault(dst, src, "redispatch", self._record)
         return self._stock.redispatch_boxed(keyset, *args, **kwargs)
 
     def __getattr__(self, name):
@@ -151,7 +209,7 @@ class _FaultyHandle:
 
 
 @contextlib.contextmanager
-def _faulty_redispatch(device_type: str) -> Iterator[None]:
+def _faulty_redispatch(device_type: str, record: list | None = None) -> Iterator[None]:
     import torch
 
     op = torch.ops.aten.copy_.default
@@ -161,7 +219,7 @@ def _faulty_redispatch(device_type: str) -> Iterator[None]:
     # duration; dropping the shadow lets the cached property come back.
     previous = op.__dict__.get("_handle", None)
     stock = op._handle
-    op.__dict__["_handle"] = _FaultyHandle(stock, device_type)
+    op.__dict__["_handle"] = _FaultyHandle(stock, device_type, record)
     try:
         yield
     finally:
@@ -172,26 +230,33 @@ def _faulty_redispatch(device_type: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def xpu_fallback_failure(device_type: str | None = None) -> Iterator[None]:
+def xpu_fallback_failure(
+    device_type: str | None = None, record: list | None = None
+) -> Iterator[None]:
     """The narrow fault: only ``aten::copy_`` reached by ``redispatch`` (FlagGems'
-    fallback) follows the model's rules.  What cpu mode runs its suites with."""
-    with _faulty_redispatch(device_type or _device_type()):
+    fallback) follows the model's rules.  What cpu mode runs its suites with.
+    ``record``: list the faulting copies there and run them (see the module text)."""
+    with _faulty_redispatch(device_type or _device_type(), record):
         yield
 
 
 @contextlib.contextmanager
-def xpu_device_model(device_type: str | None = None) -> Iterator[None]:
+def xpu_device_model(
+    device_type: str | None = None, record: list | None = None
+) -> Iterator[None]:
     """The whole model (rules 1-4) for every caller, while open.
 
     ``device_type`` defaults to the emulated device: "cuda" in cuda mode.  In cpu mode the
     default is the narrow fault (see the module text); pass "cpu" to install the whole
     model on the CPU key for a scope that computes no reference inside it.
+    ``record``: a list that receives one :func:`fault_entry` per copy the model would
+    fault, which then runs as aten runs it (nothing is raised).
     """
     import torch
 
     if device_type is None:
         if _device_type() == "cpu":
-            with xpu_fallback_failure("cpu"):
+            with xpu_fallback_failure("cpu", record):
                 yield
             return
         device_type = "cuda"
@@ -201,7 +266,7 @@ def xpu_device_model(device_type: str | None = None) -> Iterator[None]:
 
     def copy_(dst, src, non_blocking=False):
         if fault_applies(dst, src, device_type):
-            raise invalid_device_function()
+            _fault(dst, src, "dispatch", record)
         # aten's own copy_ (its CompositeExplicitAutograd kernel): what the device key
         # runs when nothing is registered there
         return stock.redispatch_boxed(composite, dst, src, non_blocking)
@@ -209,7 +274,7 @@ def xpu_device_model(device_type: str | None = None) -> Iterator[None]:
     lib = torch.library.Library("aten", "IMPL")
     try:
         _register_below_later_ones(torch, lib, "copy_", copy_, device_type.upper())
-        with _faulty_redispatch(device_type):
+        with _faulty_redispatch(device_type, record):
             yield
     finally:
         lib._destroy()

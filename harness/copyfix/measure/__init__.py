@@ -16,7 +16,6 @@ of PR 2 and PR 4.
 :mod:`.generic_conversions`  every (src, dst) dtype pair of ``copy_`` / ``_to_copy``, op vs
                      torch (results keep the cells that are not torch's):
                      ``results/{generic,to_copy}_conversions_*.json``
-:mod:`.decode`       a Llama decode end to end, tok/s and cache hits: ``results/decode_h200.json``
 :mod:`.probe_conversions`    raw Triton conversions on the device (kernel in
                      :mod:`._probe_kernels`): ``results/conversions_h200.json``
 """

@@ -1,0 +1,209 @@
+"""copyfix.measure.decode (issue 51): a Llama decode under FlagGems, in the cpu emulation.
+
+The session's emulation (cpu: Triton's interpreter, ``GEMS_VENDOR=kunlunxin``) runs the
+``tiny`` config of the same decode as the GPU run's ``kunlunxin_emulated`` section:
+transformers' own ``generate`` with every FlagGems op the interpreter can run
+(``decode.CPU_EXCLUDED`` names the others and why), the KunlunXIN device model recording
+on the CPU key, the launch cache on and off.  The kernels execute (the cache counts
+their launches).  The rest: the recording device model, the stock variant's import
+path, the combination of worker processes and the report table.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from copyfix import emulation
+from copyfix.measure import decode
+
+MODE = emulation.activate()  # before flag_gems is imported
+
+import torch  # noqa: E402
+
+import flag_gems  # noqa: E402
+
+pytestmark = pytest.mark.harness
+cpu_only = pytest.mark.skipif(
+    MODE != "cpu", reason="the tiny decode is the cpu emulation's config"
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_section():
+    """The kunlunxin_emulated section of the tiny config, run once for the module."""
+    return decode.kunlunxin_section(["tiny"])
+
+
+@cpu_only
+def test_tiny_decode_on_the_kunlunxin_emulation_equal_with_cache_on_and_off(
+    tiny_section,
+):
+    (run,) = tiny_section["configs"]
+    assert tiny_section["mode"] == "cpu" and tiny_section["gems_vendor"] == "kunlunxin"
+    assert tiny_section["composed"] and tiny_section["transformers"]
+    assert run["tokens_equal_cache_off"] is True
+    assert run["tokens_equal_device_model_off"] is True
+    # the cache recorded plans and hit them: FlagGems' kernels ran, through it
+    cache = run["cache"]
+    assert cache["hits"] > 0 and cache["recordings"] > 0 and 0 < cache["hit_rate"] < 1
+    # the pointwise ops went through the kunlunxin codegen (the vendor's own ops)
+    assert run["pointwise_calls_by_codegen"]["kunlunxin"] > 0
+    # fp32 on the interpreter: the same tokens as eager torch, logits within rounding
+    assert (
+        run["vs_eager"]["tokens_equal"] and run["vs_eager"]["first_divergence"] is None
+    )
+    assert run["vs_eager"]["max_logit_diff"] < 1e-4
+
+
+@cpu_only
+def test_tiny_decode_leaves_out_exactly_the_ops_the_interpreter_cannot_run(
+    tiny_section,
+):
+    (run,) = tiny_section["configs"]
+    assert set(run["ops_excluded"]) == set(decode.CPU_EXCLUDED)
+
+
+@cpu_only
+def test_tiny_decode_records_its_strided_aten_copies(tiny_section):
+    (run,) = tiny_section["configs"]
+    listed = sum(entry["count"] for entry in run["fallbacks"])
+    assert run["strided_aten_fallbacks"] == listed
+    assert tiny_section["strided_aten_fallbacks"] == listed
+    for entry in run["fallbacks"]:
+        assert set(entry) >= {"via", "op", "call_site", "dst", "src", "count"}
+
+
+def test_the_recording_device_model_lists_a_strided_copy_and_runs_it():
+    src = torch.arange(12.0).reshape(3, 4)
+    dst = torch.empty(4, 3)
+    record = []
+    with emulation.xpu_device_model("cpu", record=record):
+        dst.copy_(src.t())  # aten's strided copy: listed, then run
+        torch.empty(3, 4).copy_(src)  # a flat loop: not listed
+    assert torch.equal(dst, src.t())
+    (entry,) = record
+    assert entry["via"] == "dispatch" and entry["op"] is None
+    assert "test_decode.py" in entry["call_site"]
+    assert entry["src"] == {"shape": [4, 3], "stride": [1, 4], "dtype": "float32"}
+    # under use_gems FlagGems' copy_ takes the copy (its Triton route): nothing listed
+    with emulation.xpu_device_model("cpu", record=record):
+        with flag_gems.use_gems(include=["copy_"]):
+            dst.zero_().copy_(src.t())
+    assert len(record) == 1 and torch.equal(dst, src.t())
+
+
+def test_the_device_model_still_raises_without_a_record():
+    with emulation.xpu_device_model("cpu"), pytest.raises(torch.AcceleratorError):
+        torch.empty(4, 3).copy_(torch.ones(3, 4).t())
+
+
+def test_the_stock_variant_imports_the_base_alone(tmp_path):
+    base = decode.base_only(tmp_path / "base-only")
+    assert not (base / "flag_gems" / "utils" / "launch_cache.py").exists()
+    find = "import importlib.util as u; print(u.find_spec('flag_gems').origin)"
+    for variant, where in (("base", str(base)), ("composed", "build/composed")):
+        env = decode.worker_env(variant, "native", base)
+        assert env["GEMS_VENDOR"] == "nvidia" and "COPYFIX_EMULATION" not in env
+        origin = subprocess.run(
+            [sys.executable, "-c", find], env=env, capture_output=True, text=True
+        ).stdout
+        assert where in origin, (variant, origin)
+
+
+def test_the_workers_alternate():
+    assert decode.schedule(list(decode.VARIANTS), 2) == [
+        (0, "base"), (0, "composed"), (0, "composed_cache_off"),
+        (1, "composed"), (1, "composed_cache_off"), (1, "base"),
+    ]  # fmt: skip
+
+
+def test_the_budget_keeps_the_reserve_by_each_kind_s_last_duration(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(decode.time, "monotonic", lambda: now[0])
+    budget = decode.Budget(total=300, reserve=100)
+    assert budget.fits_another("base")  # nothing timed yet
+
+    def work(seconds):
+        now[0] += seconds
+
+    budget.timed("base", work, 120)  # the first base process compiles
+    budget.timed("composed", work, 30)
+    # 150 s left, 100 kept: a base (last 120 s) does not fit, a composed (30 s) does,
+    # and a kind not timed yet is expected to take as long as the last worker
+    assert not budget.fits_another("base")
+    assert budget.fits_another("composed") and budget.fits_another("other")
+    assert decode.Budget(None, 100).fits_another("base")
+
+
+def test_against_compares_logits_up_to_the_first_divergence():
+    ref = torch.tensor([[1, 2, 3]])
+    logits = [torch.zeros(1, 4) for _ in range(3)]
+    moved = [logits[0] + 0.5, logits[1] + 0.25, logits[2] + 9.0]
+    same = decode.against(ref.clone(), moved, ref, logits)
+    assert same == {
+        "tokens_equal": True,
+        "first_divergence": None,
+        "max_logit_diff": 9.0,
+    }
+    parted = decode.against(torch.tensor([[1, 5, 6]]), moved, ref, logits)
+    assert parted == {
+        "tokens_equal": False,
+        "first_divergence": 1,
+        "max_logit_diff": 0.5,
+    }
+
+
+def _row(variant, x, sha="aa", other=True, hits=30):
+    row = {
+        "variant": variant, "config": "small", "eager_tok_s": 100.0, "tok_s": 100.0 * x,
+        "x_eager": x, "tokens_sha": sha, "vs_eager": {"tokens_equal": True},
+        "cache_timed": None, "ops_excluded": {},
+    }  # fmt: skip
+    if variant != "base":
+        row["tokens_equal_other_cache_setting"] = other
+    if variant == "composed":
+        row["cache_timed"] = {"hits": hits, "misses": 10, "recordings": 2}
+    return row
+
+
+def test_combine_takes_medians_over_processes_and_keeps_each():
+    rows = [_row("base", x) for x in (0.5, 0.7, 0.6)]
+    rows += [_row("composed", x) for x in (0.9, 0.8, 1.0)]
+    rows += [_row("composed_cache_off", x) for x in (0.6, 0.65, 0.7)]
+    c = decode.combine(rows)
+    assert c["base_x_eager"] == 0.6 and c["composed_x_eager"] == 0.9
+    assert c["composed_x_eager_per_process"] == [0.9, 0.8, 1.0]
+    assert c["cache"]["hits"] == 90 and c["cache"]["hit_rate"] == 0.75
+    assert c["tokens_equal_cache_off"] is True
+    # one process whose tokens differ with the other cache setting, or across processes
+    assert decode.combine(rows[:-1] + [_row("composed_cache_off", 0.7, other=False)])[
+        "tokens_equal_cache_off"
+    ] is False  # fmt: skip
+    assert decode.combine(rows[:-1] + [_row("composed_cache_off", 0.7, sha="bb")])[
+        "tokens_equal_cache_off"
+    ] is False  # fmt: skip
+
+
+def test_report_lines_render_the_table(tmp_path):
+    rows = [
+        _row(v, x)
+        for v, x in (("base", 0.5), ("composed", 0.8), ("composed_cache_off", 0.6))
+    ]
+    record = {
+        "configs": {"small": {**decode.CONFIGS["small"].__dict__, **decode.combine(rows)}},
+        "processes": 1, "rounds": 3,
+        "runs": {"base": {"machine": "NVIDIA H200, 16 CPU cores", "mode": "native nvidia"}},
+        "op_commit": "0123456789abcdef", "date": "2026-12-04 20:00 UTC",
+        "kunlunxin_emulated": {"mode": "cuda", "strided_aten_fallbacks": 0, "configs": [
+            {"config": "small", "tokens_equal_device_model_off": True,
+             "tokens_equal_cache_off": True, "ops_excluded": {}}]},
+    }  # fmt: skip
+    path = tmp_path / "decode_h200.json"
+    path.write_text(json.dumps(record))
+    lines = decode.report_lines(path)
+    row = next(line for line in lines if line.startswith("| small"))
+    assert "| 100.0 | 0.500 | 0.800 | 0.600 | 75.0% | yes |" in row
+    assert any("0 copies reached aten's strided kernel" in line for line in lines)
+    assert decode.report_lines(tmp_path / "missing.json") == []
