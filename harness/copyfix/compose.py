@@ -207,25 +207,31 @@ def overlay_info(package: Path) -> dict:
     return {k: v for k, v in runpy.run_path(str(info)).items() if k.isupper()}
 
 
-def decompose(composed: Path, dst: Path) -> Path:
+def decompose(composed: Path, dst: Path, only=None) -> Path:
     """Copy a composed flag_gems package to ``dst`` as its base had it: each replaced
     or patched file's kept pre-image put back, files the overlay added left out, the
-    composition's own files left out."""
+    composition's own files left out. With ``only`` (paths relative to the package),
+    just those files go back to the base (a composition without one PR's files), and
+    the composition's own files stay."""
     shutil.copytree(
         composed, dst, symlinks=False, ignore=shutil.ignore_patterns("__pycache__")
     )
+    keep = None if only is None else set(only)
     pre = dst / "_overlay_preimages"
     for kept in pre.rglob("*.py"):
-        shutil.copyfile(kept, dst / kept.relative_to(pre))
-    shutil.rmtree(pre)
+        rel = str(kept.relative_to(pre))
+        if keep is None or rel in keep:
+            shutil.copyfile(kept, dst / rel)
     info = overlay_info(dst)
     prefix = str(OVERLAY_ROOT / "flag_gems") + "/"
     replaced = set(info["REPLACED"])
     for added in info["OVERLAY_FILES"]:
         rel = added[len(prefix) :] if added.startswith(prefix) else None
-        if rel is not None and rel not in replaced:
+        if rel is not None and rel not in replaced and (keep is None or rel in keep):
             (dst / rel).unlink(missing_ok=True)
-    (dst / "_overlay_info.py").unlink()
+    if keep is None:
+        shutil.rmtree(pre)
+        (dst / "_overlay_info.py").unlink()
     return dst
 
 

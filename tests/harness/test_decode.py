@@ -157,7 +157,7 @@ def test_against_compares_logits_up_to_the_first_divergence():
 
 def _row(variant, x, sha="aa", other=True, hits=30):
     row = {
-        "variant": variant, "config": "small", "eager_tok_s": 100.0, "tok_s": 100.0 * x,
+        "variant": variant, "config": "small", "eager_tok_s": 100.0, "tok_s": 100.0 / x,
         "x_eager": x, "tokens_sha": sha, "vs_eager": {"tokens_equal": True},
         "cache_timed": None, "ops_excluded": {},
     }  # fmt: skip
@@ -169,12 +169,12 @@ def _row(variant, x, sha="aa", other=True, hits=30):
 
 
 def test_combine_takes_medians_over_processes_and_keeps_each():
-    rows = [_row("base", x) for x in (0.5, 0.7, 0.6)]
-    rows += [_row("composed", x) for x in (0.9, 0.8, 1.0)]
-    rows += [_row("composed_cache_off", x) for x in (0.6, 0.65, 0.7)]
+    rows = [_row("base", x) for x in (5.0, 7.0, 6.0)]
+    rows += [_row("composed", x) for x in (2.2, 2.4, 2.0)]
+    rows += [_row("composed_cache_off", x) for x in (5.5, 5.0, 6.0)]
     c = decode.combine(rows)
-    assert c["base_x_eager"] == 0.6 and c["composed_x_eager"] == 0.9
-    assert c["composed_x_eager_per_process"] == [0.9, 0.8, 1.0]
+    assert c["base_x_eager"] == 6.0 and c["composed_x_eager"] == 2.2
+    assert c["composed_x_eager_per_process"] == [2.2, 2.4, 2.0]
     assert c["cache"]["hits"] == 90 and c["cache"]["hit_rate"] == 0.75
     assert c["tokens_equal_cache_off"] is True
     # one process whose tokens differ with the other cache setting, or across processes

@@ -150,3 +150,23 @@ def test_emulation_knows_the_recorded_pre_images():
         assert digest in text, (
             "emulation.kunlunxin.BASE_COPY_SHA256 drifted from pyproject's pre-images"
         )
+
+
+def test_decompose_only_puts_back_the_named_files(tmp_path):
+    # a composition without one PR's files: those back to the base, the rest composed
+    import flag_gems
+    from copyfix import compose
+
+    composed = Path(flag_gems.__file__).parent
+    replaced = "runtime/backend/_kunlunxin/ops/copy.py"
+    added = "runtime/backend/_kunlunxin/ops/strided_copy.py"
+    kept = "utils/launch_cache.py"
+    out = compose.decompose(composed, tmp_path / "flag_gems", only=[replaced, added])
+    pre = composed / "_overlay_preimages" / replaced
+    assert (out / replaced).read_bytes() == pre.read_bytes()
+    assert (out / replaced).read_bytes() != (composed / replaced).read_bytes()
+    assert not (out / added).exists()
+    assert (out / kept).read_bytes() == (composed / kept).read_bytes()
+    assert (out / "_overlay_info.py").is_file()
+    whole = compose.decompose(composed, tmp_path / "base" / "flag_gems")
+    assert not (whole / kept).exists() and not (whole / "_overlay_info.py").exists()

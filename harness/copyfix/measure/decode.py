@@ -22,8 +22,9 @@ emulation), eager torch timed in the same process, in alternating rounds:
 ``composed_cache_off``  this composition, ``launch_cache.set_enabled(False)``
 
 Per config and variant: tok/s (the median over processes), and ``x_eager``: the
-variant's tok/s over eager's in the same process (1.0: as fast as eager; below 1:
-slower), the median over processes, each process's own kept.  Cache-on processes
+variant's time per token over eager's in the same process (eager tok/s over the
+variant's: 1.0 as fast as eager, 2.0 twice eager's time), the median over processes,
+each process's own kept.  Cache-on processes
 record the cache's hits, misses and recordings over their timed generates; the
 composed processes each also generate once with the other cache setting, and the
 tokens with the cache on must equal those with it off (in each process and across
@@ -126,6 +127,17 @@ CPU_EXCLUDED = {
             "rejects (\"Cannot call @triton.jit'd outside of the scope of a kernel\")",
 }
 # fmt: on
+
+# FlagGems' own NVIDIA backend (flag-gems 5.0.2 and this composition alike; H200, torch
+# 2.11.0+cu130, Triton 3.6.0): the generic `mul` of an RMSNorm's (B, 1, H) fp32 by its
+# (B, 1, 1) rsqrt leaves the CUDA context faulted (illegal memory access) at a varying
+# decode step (10 to 40 of 48, small config), found by a host->device copy after every op;
+# with `mul` left out the decode runs to the end. A bug of the base's NVIDIA pointwise
+# kernel, not of PR 1-5 (base-only fails alike); left out of every NVIDIA variant, named.
+NVIDIA_EXCLUDED = {
+    "mul": "stock NVIDIA pointwise mul (B,1,H) x (B,1,1) fp32 faults the CUDA context "
+    "(illegal memory access) at a varying decode step, flag-gems 5.0.2 and composed alike",
+}
 
 
 # ------------------------------------------------------------------ the model
@@ -373,13 +385,13 @@ def measure_config(torch, variant: str, name: str, rounds: int, gems: Gems) -> d
         else None,
         "ops_excluded": dict(gems.excluded),
     }
-    row["x_eager"] = row["tok_s"] / row["eager_tok_s"]
+    row["x_eager"] = row["eager_tok_s"] / row["tok_s"]
     if variant != "base":
         with cache_setting(not cache_on):
             other = gems.run(generate, torch, model, ids, mask, n)
         row["tokens_equal_other_cache_setting"] = bool(torch.equal(other, tokens))
     print(f"  [{variant}] {name}: eager {row['eager_tok_s']:.1f} tok/s, {variant} "
-          f"{row['tok_s']:.1f} tok/s ({row['x_eager']:.3f} x eager), "
+          f"{row['tok_s']:.1f} tok/s ({row['x_eager']:.2f} x eager time), "
           f"cache {row['cache_timed']}", flush=True)  # fmt: skip
     return row
 
@@ -435,7 +447,7 @@ def worker(variant: str, names: list[str], rounds: int, out: Path) -> None:
         raise SystemExit(
             f"{variant}: imported {info['flag_gems_dir']}, composed={info['composed']}"
         )
-    gems = Gems(CPU_EXCLUDED if mode == "cpu" else None)
+    gems = Gems(CPU_EXCLUDED if mode == "cpu" else NVIDIA_EXCLUDED)
     rows = [measure_config(torch, variant, name, rounds, gems) for name in names]
     out.write_text(json.dumps({"info": info, "rows": rows}, indent=1) + "\n")
 
@@ -778,9 +790,10 @@ def report_lines(path: Path = RESULT) -> list[str]:
         f"- transformers' `LlamaForCausalLM.generate`, random init, greedy; each variant in "
         f"{data['processes']} fresh processes, alternating, {data['rounds']} timed generates "
         "per column after a warm-up; eager timed in the same process. `x eager`: the "
-        "variant's tok/s over eager's in that process (below 1: slower), the median over processes.",
+        "variant's time per token over eager's in that process (2.0: twice eager's time), the "
+        "median over processes.",
         "",
-        "| config | eager tok/s | stock x eager | composed x eager | cache off x eager "
+        "| config | eager tok/s | stock, x eager time | composed | cache off "
         "| hit rate | tokens equal (cache on = off) |",
         "|---|---:|---:|---:|---:|---:|---|",
     ]
