@@ -5,13 +5,18 @@ The session's emulation (cpu: Triton's interpreter, ``GEMS_VENDOR=kunlunxin``) r
 transformers' own ``generate`` with every FlagGems op the interpreter can run
 (``decode.CPU_EXCLUDED`` names the others and why), the KunlunXIN device model recording
 on the CPU key, the launch cache on and off.  The kernels execute (the cache counts
-their launches).  The rest: the recording device model, the stock variant's import
-path, the combination of worker processes and the report table.
+their launches).  The same tiny decode also runs on FlagGems' default (NVIDIA) backend
+and its generic codegen (``COPYFIX_CPU_VENDOR=nvidia``, in a fresh process;
+``decode.CPU_NVIDIA_EXCLUDED`` names the ops left out).  The rest: the recording device
+model, the stock variant's import path, the combination of worker processes and the
+report table.
 """
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -73,6 +78,64 @@ def test_tiny_decode_records_its_strided_aten_copies(tiny_section):
     assert tiny_section["strided_aten_fallbacks"] == listed
     for entry in run["fallbacks"]:
         assert set(entry) >= {"via", "op", "call_site", "dst", "src", "count"}
+
+
+@pytest.fixture(scope="module")
+def nvidia_cpu_section(tmp_path_factory):
+    """The tiny decode on FlagGems' default (NVIDIA) backend in the cpu emulation
+    (COPYFIX_CPU_VENDOR=nvidia), in a fresh process: this session stays kunlunxin.
+    Every op starts included (the ops that raise are left out as they come), so the
+    ops left out are exactly the ones that need to be."""
+    tmp = tmp_path_factory.mktemp("nvidia-cpu")
+    return decode.nvidia_cpu_process(["tiny"], tmp, timeout=600, every_op=True)
+
+
+@cpu_only
+def test_tiny_decode_on_the_nvidia_backend_runs_the_generic_codegen_on_the_interpreter(
+    nvidia_cpu_section,
+):
+    section = nvidia_cpu_section
+    (run,) = section["configs"]
+    assert section["mode"] == "cpu" and section["gems_vendor"] == "nvidia"
+    assert section["composed"] and section["transformers"]
+    # this session is still the kunlunxin one
+    assert emulation.CPU_VENDOR == "kunlunxin"
+    assert os.environ["GEMS_VENDOR"] == "kunlunxin"
+    # the pointwise ops went through the generic codegen, through the launch cache
+    calls = run["pointwise_calls_by_codegen"]
+    assert calls["generic"] > 0 and calls.get("kunlunxin", 0) == 0
+    cache = run["cache"]
+    assert cache["hits"] > 0 and cache["recordings"] > 0
+    assert run["tokens_equal_cache_off"] is True
+    # fp32 on the interpreter: the same tokens as eager torch, logits within rounding
+    assert (
+        run["vs_eager"]["tokens_equal"] and run["vs_eager"]["first_divergence"] is None
+    )
+    assert run["vs_eager"]["max_logit_diff"] < 1e-4
+
+
+@cpu_only
+def test_tiny_decode_on_the_nvidia_backend_leaves_out_exactly_the_listed_ops(
+    nvidia_cpu_section,
+):
+    # both ways: an op that now raises, or one listed that no longer does
+    assert nvidia_cpu_section["every_op"] is True
+    (run,) = nvidia_cpu_section["configs"]
+    assert set(run["ops_excluded"]) == set(decode.CPU_NVIDIA_EXCLUDED)
+
+
+def test_the_cpu_vendor_is_kunlunxin_unless_asked(monkeypatch):
+    monkeypatch.delenv(emulation.ENV_CPU_VENDOR, raising=False)
+    assert emulation.cpu_vendor() == "kunlunxin"
+    monkeypatch.setenv(emulation.ENV_CPU_VENDOR, "nvidia")
+    assert emulation.cpu_vendor() == "nvidia"
+    monkeypatch.setenv(emulation.ENV_CPU_VENDOR, "cambricon")
+    with pytest.raises(ValueError, match="COPYFIX_CPU_VENDOR"):
+        emulation.cpu_vendor()
+    env = decode.nvidia_cpu_env(Path("/tmp/x"))
+    assert env[emulation.ENV_CPU_VENDOR] == "nvidia"
+    assert env["COPYFIX_EMULATION"] == "cpu" and "GEMS_VENDOR" not in env
+    assert env["FLAGGEMS_CACHE_DIR"] == "/tmp/x" and "FLAGGEMS_DB_URL" not in env
 
 
 def test_the_recording_device_model_lists_a_strided_copy_and_runs_it():

@@ -15,7 +15,10 @@ Modes
 ``cpu``
     ``TRITON_INTERPRET=1`` on CPU tensors with ``GEMS_VENDOR=kunlunxin``.  In addition
     to the shims, the Triton interpreter is made acceptable to FlagGems and converts
-    as compiled Triton does (:mod:`.interpreter`).
+    as compiled Triton does (:mod:`.interpreter`).  ``COPYFIX_CPU_VENDOR=nvidia`` runs
+    FlagGems' default (NVIDIA) backend there instead: the vendor-neutral patches only
+    (no shims, no XPU launch options dropped; the KunlunXIN toolchain model covers
+    KunlunXIN code only, so none of its faults).
 
 Call :func:`activate` *before* ``import flag_gems``.
 
@@ -52,6 +55,11 @@ from pathlib import Path
 
 MODES = ("cpu", "cuda", "native")
 ENV_MODE = "COPYFIX_EMULATION"
+# The FlagGems backend the cpu mode runs: kunlunxin (the default, what the emulation is
+# for) or nvidia (FlagGems' default backend and its generic pointwise_dynamic codegen on
+# the same interpreter, for a check of the generic path: `make test`'s tiny decode).
+CPU_VENDORS = ("kunlunxin", "nvidia")
+ENV_CPU_VENDOR = "COPYFIX_CPU_VENDOR"
 
 # Versions the patches were written for and checked against.  A version is accepted
 # when its public part (before any "+local" suffix) starts with one of the prefixes.
@@ -88,6 +96,7 @@ _CHECKED_IN_MODE = {
 }
 
 MODE: str | None = None
+CPU_VENDOR: str | None = None  # the cpu mode's GEMS_VENDOR (a CPU_VENDORS entry)
 BASE: str | None = None  # the FlagGems base activate() found (a key of FLAGGEMS_BASES)
 
 
@@ -241,7 +250,7 @@ def activate(mode: str | None = None) -> str:
 
     In cpu mode this ends by importing flag_gems (the LibEntry patch needs the class).
     """
-    global MODE, BASE
+    global MODE, BASE, CPU_VENDOR
     if mode is None:
         mode = MODE or os.environ.get(ENV_MODE) or _detect_mode()
     if mode not in MODES:
@@ -260,11 +269,14 @@ def activate(mode: str | None = None) -> str:
             "copyfix.emulation.activate() must run before `import flag_gems` (its kernels are defined at import time)"
         )
     if mode == "cpu":
-        interpreter.setup_cpu_environment()
-        shims.patch_triton_common()
-        interpreter.patch_triton_interpreter()
+        vendor = cpu_vendor()
+        interpreter.setup_cpu_environment(vendor)
+        if vendor == "kunlunxin":  # (the shims serve the kunlunxin sources only)
+            shims.patch_triton_common()
+        interpreter.patch_triton_interpreter(vendor)
         interpreter.patch_torch_cpu()
         interpreter.patch_flag_gems_cpu(base)
+        CPU_VENDOR = vendor
     elif mode == "cuda":
         import triton
 
@@ -278,6 +290,16 @@ def activate(mode: str | None = None) -> str:
     BASE = base
     MODE = mode
     return mode
+
+
+def cpu_vendor() -> str:
+    """The backend the cpu mode runs: ``$COPYFIX_CPU_VENDOR`` (default kunlunxin)."""
+    vendor = os.environ.get(ENV_CPU_VENDOR) or "kunlunxin"
+    if vendor not in CPU_VENDORS:
+        raise ValueError(
+            f"unknown {ENV_CPU_VENDOR}={vendor!r}; expected one of {CPU_VENDORS}"
+        )
+    return vendor
 
 
 def require(*modes: str) -> str:

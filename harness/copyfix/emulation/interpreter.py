@@ -1,5 +1,8 @@
 """cpu mode: the kunlunxin code path on Triton's interpreter, on CPU tensors.
 
+(``COPYFIX_CPU_VENDOR=nvidia``: FlagGems' default backend on the same interpreter, with
+the vendor-neutral patches only; see :func:`patch_triton_interpreter`.)
+
 Besides the shims every mode gets, the interpreter is made acceptable to FlagGems
 (a ``JITFunction`` that runs on the interpreter, CPU device guards, LibEntry on the
 interpreter), its conversions are made to match compiled Triton's, and
@@ -125,7 +128,7 @@ class InterpretedKernel:
         args = self._all_args(args)
         if enter is not None:
             enter(meta)
-        with _GRID_LOCK, toolchain.launch():
+        with _GRID_LOCK, _in_grid(), toolchain.launch():
             function.interpreted.run(*args, grid=(gx, gy, gz), warmup=False)
         if leave is not None:
             leave(meta)
@@ -138,6 +141,22 @@ class InterpretedKernel:
                      self.packed_metadata, meta, enter, leave, *args)  # fmt: skip
 
         return runner
+
+
+@contextlib.contextmanager
+def _in_grid() -> Iterator[None]:
+    """Around one interpreted launch: device-function calls may run (see
+    patch_triton_interpreter, JITFunction.__call__)."""
+    grids = getattr(_state, "grids", 0)
+    if not grids:  # the modules this launch patched (patch_triton_interpreter)
+        _state.patched_langs = set()
+    _state.grids = grids + 1
+    try:
+        yield
+    finally:
+        _state.grids -= 1
+        if not _state.grids:
+            _state.patched_langs = set()
 
 
 def _same_constexpr(a, b) -> bool:
@@ -158,8 +177,9 @@ def import_triton_uninterpreted() -> None:
         import triton  # noqa: F401
 
 
-def setup_cpu_environment() -> None:
-    os.environ["GEMS_VENDOR"] = "kunlunxin"
+def setup_cpu_environment(vendor: str = "kunlunxin") -> None:
+    # FlagGems' backend: kunlunxin, or (COPYFIX_CPU_VENDOR=nvidia) its default one
+    os.environ["GEMS_VENDOR"] = vendor
     # triton 3.6.0 triton.knobs.runtime.interpret reads TRITON_INTERPRET lazily, at each
     # triton.jit decoration: it must be set before flag_gems defines its kernels.
     os.environ["TRITON_INTERPRET"] = "1"
@@ -177,7 +197,11 @@ def setup_cpu_environment() -> None:
         )
 
 
-def patch_triton_interpreter() -> None:
+def patch_triton_interpreter(vendor: str = "kunlunxin") -> None:
+    """Every patch below is vendor-neutral (the interpreter made to run FlagGems as
+    compiled Triton would) except the XPU launch options dropped at each launch, which
+    only the kunlunxin sources pass: under ``vendor`` nvidia an unknown option fails
+    as it would on compiled Triton."""
     import numpy as np
     import torch
     import triton.language as tl
@@ -187,6 +211,7 @@ def patch_triton_interpreter() -> None:
     if getattr(interpreter, "_copyfix_patched", False):
         return
     StockInterpretedFunction = interpreter.InterpretedFunction
+    strips_xpu_options = vendor == "kunlunxin"
 
     # --- triton 3.6.0 runtime/jit.py jit(): under TRITON_INTERPRET=1 it returns
     # `interpreter.InterpretedFunction(fn, **options)` (looked up in the interpreter
@@ -208,11 +233,12 @@ def patch_triton_interpreter() -> None:
                 self.pre_run_hooks = stock_hooks
 
         def run(self, *args, grid, warmup, **kwargs):
-            kwargs = strip_xpu_launch_options(self, kwargs)
+            if strips_xpu_options:
+                kwargs = strip_xpu_launch_options(self, kwargs)
             if self._runs_hooks:
                 for hook in self.pre_run_hooks:
                     hook(*args, **kwargs)
-            with _GRID_LOCK, toolchain.launch():
+            with _GRID_LOCK, _in_grid(), toolchain.launch():
                 self.interpreted.run(*args, grid=grid, warmup=warmup, **kwargs)
             return InterpretedKernel(self, self._constexprs(args, kwargs))
 
@@ -240,6 +266,36 @@ def patch_triton_interpreter() -> None:
 
     interpreter.InterpretedFunction = InterpretedJITFunction
 
+    # --- triton 3.6.0 runtime/jit.py JITFunction.__call__ raises "Cannot call
+    # @triton.jit'd outside of the scope of a kernel" (checked on 3.6.0 only: the
+    # nvidia variant is not in the Triton matrix).  Triton is imported without
+    # TRITON_INTERPRET (import_triton_uninterpreted), so its own @jit library functions
+    # (language/standard.py: tl.cdiv, tl.sum, tl.sigmoid, ...) are plain
+    # JITFunctions, not the stock InterpretedFunctions an interpreted import would
+    # make; a kernel calling one (the generic pointwise_dynamic's kernels call tl.cdiv
+    # in every launch) fails on the interpreter where compiled Triton inlines it.
+    # Inside an interpreted launch (and only there) such a call runs the function on
+    # the stock interpreter, as an interpreted import would; outside one it raises as
+    # before.  Applied in the nvidia cpu variant only: the kunlunxin variant's
+    # exclusions (decode.CPU_EXCLUDED) and tests were found without it.
+    if vendor != "kunlunxin" and not getattr(
+        JITFunction.__call__, "_copyfix_patched", False
+    ):
+        stock_jit_call = JITFunction.__call__
+
+        def jit_call(self, *args, **kwargs):
+            if not getattr(_state, "grids", 0):
+                return stock_jit_call(self, *args, **kwargs)
+            interpreted = self.__dict__.get("_copyfix_interpreted")
+            if interpreted is None:
+                interpreted = StockInterpretedFunction(self.fn)
+                self._copyfix_interpreted = interpreted
+            return interpreted(*args, **kwargs)
+
+        jit_call._copyfix_patched = True
+        jit_call.__wrapped__ = stock_jit_call
+        JITFunction.__call__ = jit_call
+
     # --- triton 3.6.0 runtime/interpreter.py _patch_lang(fn): asserts that
     # triton.language is a global of every interpreted function, device functions
     # included.  kunlunxin ops/copy.py's scalar function `_copy_kernel(src)` lives in a
@@ -260,7 +316,24 @@ def patch_triton_interpreter() -> None:
         # pybind __eq__ raises TypeError); 3.3+ look at modules only.  Show the stock
         # function the modules only: it reads nothing else of fn.
         modules = {k: v for k, v in fn.__globals__.items() if inspect.ismodule(v)}
+        if skips_repatching and getattr(_state, "grids", 0):
+            langs = {id(v) for v in modules.values() if v is tl or v is tl.core}
+            if langs <= _state.patched_langs:
+                return interpreter._LangPatchScope()
+            _state.patched_langs |= langs
         return stock_patch_lang(types.SimpleNamespace(__globals__=modules))
+
+    # --- (same function, triton 3.6.0) the stock interpreter patches triton.language
+    # again at every device-function call (InterpretedFunction.__call__), with the same
+    # interpreted members the running grid's own _patch_lang set, and never restores a
+    # device call's patches (it drops the scope): pure repetition, about half of the
+    # nvidia variant's tiny decode (flag_gems ops/isin.py calls a device function in a
+    # loop; a generate took 19 s with it, 10 s without).  Within one interpreted
+    # launch, a module the launch already patched (triton.language or
+    # triton.language.core) is not patched again; the launch's own scope restores it
+    # at the end as before.  nvidia variant on 3.6 only (the kunlunxin variant and the
+    # Triton matrix were checked without it).
+    skips_repatching = vendor != "kunlunxin" and hasattr(interpreter, "_LangPatchScope")
 
     interpreter._patch_lang = _patch_lang
 

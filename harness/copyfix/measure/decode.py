@@ -39,6 +39,11 @@ whether the tokens equal the same run with the device model off and with the cac
 An op that raises is left out of ``use_gems`` and named with its error
 (``ops_excluded``); in the cpu emulation (Triton's interpreter) the ops of
 :data:`CPU_EXCLUDED` are left out from the start, each with the reason.
+
+``--nvidia-cpu`` (:func:`nvidia_cpu_section`, ``make test``'s check of the generic
+codegen): the same decode on FlagGems' default (NVIDIA) backend in the cpu emulation
+(``COPYFIX_CPU_VENDOR=nvidia``), the ops of :data:`CPU_NVIDIA_EXCLUDED` left out, against
+eager and with the cache off.
 """
 
 from __future__ import annotations
@@ -516,6 +521,104 @@ def kunlunxin_section(names: list[str]) -> dict:
     }
 
 
+# ------------------------------------------------------------------ NVIDIA on the interpreter
+
+# The ops FlagGems' default (NVIDIA) backend cannot run in the cpu emulation's nvidia
+# variant (COPYFIX_CPU_VENDOR=nvidia: GEMS_VENDOR=nvidia on Triton 3.6's interpreter,
+# composed flag-gems 5.0.2), found by running the tiny decode with every op
+# (`python -m copyfix.measure.decode --nvidia-cpu --every-op --configs tiny`, in that
+# environment: nvidia_cpu_env); tests/harness/test_decode.py runs it that way and checks
+# that exactly these ops were left out.
+_NV_DEVICE_OBJECT = (
+    "enters torch.cuda.device(<torch.device 'cpu'>) (\"Expected a cuda device, but got: "
+    "cpu\"): the cpu emulation maps only a CPU tensor's device index (None) to torch's "
+    "no-device index, not a device object"
+)
+# fmt: off
+CPU_NVIDIA_EXCLUDED = {
+    **{op: _NV_DEVICE_OBJECT for op in (
+        "any", "any_dim", "argmax", "bmm", "embedding", "fill_scalar_", "max",
+        "mean_dim", "mm", "ones", "sum", "sum_dim", "sum_dim_out")},
+    "pow_tensor_scalar": "calls libdevice pow (tl_extra_shim.pow, an extern function), "
+                         "which the interpreter rejects (\"Did you forget to add @triton.jit ?\")",
+    "where_self": "the generic where_self asserts it is not given CPU tensors",
+    "full": "a bool fill value: the interpreter cannot hold it as int1 (\"numpy data "
+            "itemsize (32 bits) exceeds dtype primitive_bitwidth (1 bits)\")",
+}
+# fmt: on
+
+
+def nvidia_cpu_config(torch, name: str, gems: Gems) -> dict:
+    """The decode with every FlagGems op of the NVIDIA backend (those raising left
+    out) on the interpreter, against eager and with the cache off (no device model:
+    NVIDIA has aten's strided copy)."""
+    config = CONFIGS[name]
+    model, ids, mask = build(torch, config, _device(torch))
+    n = config.new_tokens
+    ref_tokens, ref_logits = generate(torch, model, ids, mask, n, logits=True)
+    before, calls_before = cache_stats(), pointwise_calls()
+    tokens, logits = gems.run(generate, torch, model, ids, mask, n, logits=True)
+    after, calls_after = cache_stats(), pointwise_calls()
+    with cache_setting(False):
+        cache_off = gems.run(generate, torch, model, ids, mask, n)
+    return {
+        "config": name,
+        "tokens_equal_cache_off": bool(torch.equal(tokens, cache_off)),
+        "cache": stats_delta(before, after),
+        "pointwise_calls_by_codegen": calls_delta(calls_before, calls_after),
+        "vs_eager": against(tokens, logits, ref_tokens, ref_logits),
+        "ops_excluded": dict(gems.excluded),
+    }
+
+
+def nvidia_cpu_section(names: list[str], every_op: bool = False) -> dict:
+    """:func:`nvidia_cpu_config` for each of ``names``, in this process (the cpu
+    emulation's nvidia variant active), the ops of :data:`CPU_NVIDIA_EXCLUDED` left
+    out from the start; with ``every_op``, none (``ops_excluded`` is then exactly the
+    ops that raised, with their errors; slower: the decode restarts at each)."""
+    from copyfix import emulation
+
+    mode = emulation.activate()
+    if mode != "cpu" or emulation.CPU_VENDOR != "nvidia":
+        raise SystemExit(
+            f"--nvidia-cpu runs under COPYFIX_EMULATION=cpu "
+            f"{emulation.ENV_CPU_VENDOR}=nvidia (got {mode!r}, {emulation.CPU_VENDOR!r})"
+        )
+    import torch
+
+    gems = Gems(None if every_op else CPU_NVIDIA_EXCLUDED)
+    configs = [nvidia_cpu_config(torch, name, gems) for name in names]
+    return {
+        **run_info(torch, mode),
+        "gems_vendor": os.environ.get("GEMS_VENDOR"),
+        "every_op": every_op,
+        "configs": configs,
+    }
+
+
+def nvidia_cpu_env(cache_dir: Path) -> dict:
+    """The environment of a process running the cpu emulation's nvidia variant on
+    the composition: FlagGems' caches in ``cache_dir`` (not the caller's)."""
+    from copyfix import emulation
+
+    env = worker_env("composed", "cpu")
+    env[emulation.ENV_CPU_VENDOR] = "nvidia"
+    env["FLAGGEMS_CACHE_DIR"] = str(cache_dir)
+    env.pop("FLAGGEMS_DB_URL", None)
+    env.pop("TRITON_INTERPRET", None)
+    return env
+
+
+def nvidia_cpu_process(
+    names: list[str], tmp: Path, timeout: float | None = None, every_op: bool = False
+) -> dict:
+    """:func:`nvidia_cpu_section` in a fresh process (its own caches under ``tmp``)."""
+    env = nvidia_cpu_env(tmp / "flaggems")
+    args_list = ["--nvidia-cpu", "--configs", ",".join(names)]
+    args_list += ["--every-op"] if every_op else []
+    return _in_process(args_list, env, tmp / "nvidia_cpu.json", timeout)
+
+
 # ------------------------------------------------------------------ the parent
 
 
@@ -749,12 +852,18 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=RESULT)
     parser.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--kunlunxin", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--nvidia-cpu", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--every-op", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         worker(args.worker, args.configs, args.rounds, args.out)
         return 0
     if args.kunlunxin:
         section = kunlunxin_section(args.configs)
+        args.out.write_text(json.dumps(section, indent=1) + "\n")
+        return 0
+    if args.nvidia_cpu:
+        section = nvidia_cpu_section(args.configs, args.every_op)
         args.out.write_text(json.dumps(section, indent=1) + "\n")
         return 0
     stamp = {
