@@ -350,9 +350,11 @@ def report():
         png = _plot(records, f.stem.replace("copy_perf_accuracy_", ""))
         if png:
             lines += ["", f"![time per layout]({png.name})"]
-    from copyfix.measure import launch_cost  # (PR 3: the host cost of every op)
+    # (PR 3: the host cost of every op; a Llama decode end to end)
+    from copyfix.measure import decode, launch_cost
 
     lines += launch_cost.report_lines()
+    lines += decode.report_lines()
     (DOCS / "PERFORMANCE_ACCURACY.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {DOCS / 'PERFORMANCE_ACCURACY.md'}")
 

@@ -883,6 +883,18 @@ def main(argv=None) -> int:
 # ------------------------------------------------------------------ the report
 
 
+def _process_counts(data: dict) -> str:
+    """'base 1, composed 2, ...': the worker processes each variant ran in (one row per
+    process and config: counted on the first config)."""
+    rows = data.get("per_process", [])
+    first = next(iter(data.get("configs", {})), None)
+    names = list(dict.fromkeys(r["variant"] for r in rows))
+    return ", ".join(
+        f"{v} {sum(r['variant'] == v and r['config'] == first for r in rows)}"
+        for v in names
+    )
+
+
 def report_lines(path: Path = RESULT) -> list[str]:
     """The decode section of docs/PERFORMANCE_ACCURACY.md, from ``path``."""
     if not path.is_file():
@@ -897,7 +909,7 @@ def report_lines(path: Path = RESULT) -> list[str]:
         f"triton {run.get('triton')}, transformers {run.get('transformers')}; op "
         f"`{(data.get('op_commit') or 'unknown')[:12]}`, {data.get('date', '')}.",
         f"- transformers' `LlamaForCausalLM.generate`, random init, greedy; each variant in "
-        f"{data['processes']} fresh processes, alternating, {data['rounds']} timed generates "
+        f"fresh processes ({_process_counts(data)}), alternating, {data['rounds']} timed generates "
         "per column after a warm-up; eager timed in the same process. `x eager`: the "
         "variant's time per token over eager's in that process (2.0: twice eager's time), the "
         "median over processes.",
@@ -916,6 +928,16 @@ def report_lines(path: Path = RESULT) -> list[str]:
             f"| {cell('composed_cache_off_x_eager')} | {'n/a' if rate is None else f'{rate:.1%}'} "
             f"| {'n/a' if same is None else ('yes' if same else '**NO**')} |"
         )
+    excluded = {
+        op: why
+        for r in data.get("per_process", [])
+        for op, why in r["ops_excluded"].items()
+    }
+    lines += [""] + [
+        f"- left out of `use_gems` on this backend: `{op}`: {why}."
+        for op, why in excluded.items()
+    ]
+    lines += [f"- {data[k]}" for k in ("base_rows_note",) if k in data]
     kx = data.get("kunlunxin_emulated")
     if kx and "error" in kx:
         lines += ["", f"KunlunXIN emulated: did not finish ({kx['error']})."]
@@ -923,7 +945,12 @@ def report_lines(path: Path = RESULT) -> list[str]:
         each = "; ".join(
             f"{c['config']}: tokens {'equal' if c['tokens_equal_device_model_off'] else '**differ**'} "
             f"with the model off, {'equal' if c['tokens_equal_cache_off'] else '**differ**'} with the cache off"
-            + (f", {len(c['ops_excluded'])} ops left out" if c["ops_excluded"] else "")
+            + (
+                ", left out: "
+                + "; ".join(f"`{op}` ({why})" for op, why in c["ops_excluded"].items())
+                if c["ops_excluded"]
+                else ""
+            )
             for c in kx["configs"]
         )
         lines += [
