@@ -469,31 +469,37 @@ def _dedupe(entries: list[dict]) -> list[dict]:
     return list(counted.values())
 
 
-def kunlunxin_config(torch, name: str, gems: Gems) -> dict:
-    """The decode with every FlagGems op (those raising left out) and the KunlunXIN
-    device model recording (the whole model on the emulated device's key), against
-    the same decode with the model off and with the cache off."""
+def whole_model_config(torch, name: str, gems: Gems, device_type=None) -> dict:
+    """The decode with every FlagGems op (those raising left out), against eager and
+    with the cache off; with ``device_type``, under the KunlunXIN device model recording
+    on that key (the whole model on the emulated device), and against the model off."""
     from copyfix import emulation
 
     config = CONFIGS[name]
     model, ids, mask = build(torch, config, _device(torch))
     n = config.new_tokens
     ref_tokens, ref_logits = generate(torch, model, ids, mask, n, logits=True)
-    device_type = "cpu" if emulation.MODE == "cpu" else "cuda"
     record: list[dict] = []
-    with emulation.xpu_device_model(device_type, record=record):
+    model_on = (
+        contextlib.nullcontext()
+        if device_type is None
+        else emulation.xpu_device_model(device_type, record=record)
+    )
+    with model_on:
         before, calls_before = cache_stats(), pointwise_calls()
         tokens, logits = gems.run(generate, torch, model, ids, mask, n, logits=True)
         after, calls_after = cache_stats(), pointwise_calls()
         with cache_setting(False):
             cache_off = gems.run(generate, torch, model, ids, mask, n)
-    print(f"  [kunlunxin] {name}: {len(record)} strided aten copies", flush=True)
-    model_off = gems.run(generate, torch, model, ids, mask, n)
+    row = {"config": name}
+    if device_type is not None:
+        print(f"  [kunlunxin] {name}: {len(record)} strided aten copies", flush=True)
+        model_off = gems.run(generate, torch, model, ids, mask, n)
+        row["strided_aten_fallbacks"] = len(record)
+        row["fallbacks"] = _dedupe(record)
+        row["tokens_equal_device_model_off"] = bool(torch.equal(tokens, model_off))
     return {
-        "config": name,
-        "strided_aten_fallbacks": len(record),
-        "fallbacks": _dedupe(record),
-        "tokens_equal_device_model_off": bool(torch.equal(tokens, model_off)),
+        **row,
         "tokens_equal_cache_off": bool(torch.equal(tokens, cache_off)),
         "cache": stats_delta(before, after),
         "pointwise_calls_by_codegen": calls_delta(calls_before, calls_after),
@@ -503,7 +509,7 @@ def kunlunxin_config(torch, name: str, gems: Gems) -> dict:
 
 
 def kunlunxin_section(names: list[str]) -> dict:
-    """:func:`kunlunxin_config` for each of ``names``, in this process (an emulation
+    """:func:`whole_model_config` (device model on) for each of ``names``, in this process (an emulation
     mode active: cuda on the GPU box, cpu here)."""
     from copyfix import emulation
 
@@ -511,7 +517,8 @@ def kunlunxin_section(names: list[str]) -> dict:
     import torch
 
     gems = Gems(CPU_EXCLUDED if mode == "cpu" else None)
-    configs = [kunlunxin_config(torch, name, gems) for name in names]
+    device_type = "cpu" if mode == "cpu" else "cuda"
+    configs = [whole_model_config(torch, name, gems, device_type) for name in names]
     return {
         **run_info(torch, mode),
         "gems_vendor": os.environ.get("GEMS_VENDOR"),
@@ -548,34 +555,12 @@ CPU_NVIDIA_EXCLUDED = {
 # fmt: on
 
 
-def nvidia_cpu_config(torch, name: str, gems: Gems) -> dict:
-    """The decode with every FlagGems op of the NVIDIA backend (those raising left
-    out) on the interpreter, against eager and with the cache off (no device model:
-    NVIDIA has aten's strided copy)."""
-    config = CONFIGS[name]
-    model, ids, mask = build(torch, config, _device(torch))
-    n = config.new_tokens
-    ref_tokens, ref_logits = generate(torch, model, ids, mask, n, logits=True)
-    before, calls_before = cache_stats(), pointwise_calls()
-    tokens, logits = gems.run(generate, torch, model, ids, mask, n, logits=True)
-    after, calls_after = cache_stats(), pointwise_calls()
-    with cache_setting(False):
-        cache_off = gems.run(generate, torch, model, ids, mask, n)
-    return {
-        "config": name,
-        "tokens_equal_cache_off": bool(torch.equal(tokens, cache_off)),
-        "cache": stats_delta(before, after),
-        "pointwise_calls_by_codegen": calls_delta(calls_before, calls_after),
-        "vs_eager": against(tokens, logits, ref_tokens, ref_logits),
-        "ops_excluded": dict(gems.excluded),
-    }
-
-
 def nvidia_cpu_section(names: list[str], every_op: bool = False) -> dict:
-    """:func:`nvidia_cpu_config` for each of ``names``, in this process (the cpu
-    emulation's nvidia variant active), the ops of :data:`CPU_NVIDIA_EXCLUDED` left
-    out from the start; with ``every_op``, none (``ops_excluded`` is then exactly the
-    ops that raised, with their errors; slower: the decode restarts at each)."""
+    """:func:`whole_model_config` (no device model: NVIDIA has aten's strided copy)
+    for each of ``names``, in this process (the cpu emulation's nvidia variant
+    active), the ops of :data:`CPU_NVIDIA_EXCLUDED` left out from the start; with
+    ``every_op``, none (``ops_excluded`` is then exactly the ops that raised, with
+    their errors; slower: the decode restarts at each)."""
     from copyfix import emulation
 
     mode = emulation.activate()
@@ -587,7 +572,7 @@ def nvidia_cpu_section(names: list[str], every_op: bool = False) -> dict:
     import torch
 
     gems = Gems(None if every_op else CPU_NVIDIA_EXCLUDED)
-    configs = [nvidia_cpu_config(torch, name, gems) for name in names]
+    configs = [whole_model_config(torch, name, gems) for name in names]
     return {
         **run_info(torch, mode),
         "gems_vendor": os.environ.get("GEMS_VENDOR"),

@@ -1,7 +1,6 @@
 """Timing on the host and the device, shared by ``copyfix.bench`` and
 ``copyfix.measure.launch_cost``."""
 
-import json
 import statistics
 import time
 
@@ -76,10 +75,3 @@ def run_info(torch, mode: str, rounds: int, calls: int) -> dict:
         "rounds": rounds,
         "calls_per_round": calls,
     }
-
-
-def add_process(path, result: dict) -> None:
-    """Append one process's ``result`` to the record at ``path`` (its "processes")."""
-    data = json.loads(path.read_text()) if path.is_file() else {}
-    data.setdefault("processes", []).append(result)
-    path.write_text(json.dumps(data, indent=1) + "\n")
