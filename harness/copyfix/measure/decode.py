@@ -487,7 +487,8 @@ def whole_model_config(torch, name: str, gems: Gems, device_type=None) -> dict:
     )
     with model_on:
         before, calls_before = cache_stats(), pointwise_calls()
-        tokens, logits = gems.run(generate, torch, model, ids, mask, n, logits=True)
+        with cache_setting(True):  # (opt-in: off unless turned on)
+            tokens, logits = gems.run(generate, torch, model, ids, mask, n, logits=True)
         after, calls_after = cache_stats(), pointwise_calls()
         with cache_setting(False):
             cache_off = gems.run(generate, torch, model, ids, mask, n)
