@@ -12,12 +12,16 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-# pointwise_dynamic's per-signature launch cache (flag_gems/utils/launch_cache.py):
-# a call that hits launches the kernel its signature recorded, so its result must be
-# bit for bit the result of the uncached path, whatever the layout, and a call whose
-# signature changes must miss.
+# pointwise_dynamic's per-signature launch cache (flag_gems/utils/launch_cache.py),
+# opt-in: off unless FLAGGEMS_LAUNCH_CACHE=1.  These tests turn it on for their own
+# scope.  A call that hits launches the kernel its signature recorded, so its result
+# must be bit for bit the result of the uncached path, whatever the layout, and a call
+# whose signature differs in one thing must miss.
 
+import importlib.util
+import os
 import threading
+from unittest import mock
 
 import pytest
 import torch
@@ -25,27 +29,9 @@ import triton
 
 import flag_gems
 from flag_gems.utils import launch_cache
+from flag_gems.utils.pointwise_dynamic import pointwise_dynamic
 
 from . import accuracy_utils as utils
-
-if flag_gems.vendor_name == "kunlunxin":
-    from flag_gems.runtime.backend._kunlunxin.utils.pointwise_dynamic import (
-        pointwise_dynamic,
-    )
-else:
-    from flag_gems.utils.pointwise_dynamic import pointwise_dynamic
-
-pytestmark = [
-    pytest.mark.skipif(
-        flag_gems.vendor_name in ("cambricon", "hygon", "spacemit", "tsingmicro"),
-        reason="this vendor's own pointwise_dynamic does not use the launch cache yet",
-    ),
-    pytest.mark.skipif(
-        not launch_cache.is_enabled(),
-        reason="the launch cache is off (FLAGGEMS_LAUNCH_CACHE=0, or a Triton "
-        "it was not proven on)",
-    ),
-]
 
 DEVICE = flag_gems.device
 # calls of a signature until one is recorded (the earlier ones run uncached)
@@ -62,13 +48,32 @@ axpy = pointwise_dynamic(
 )(_axpy)
 
 
-def _uncached(fn, *args, **kwargs):
+@pytest.fixture(autouse=True)
+def cache_on():
     was = launch_cache.is_enabled()
+    launch_cache.set_enabled(True)
+    try:
+        if not launch_cache.is_enabled():
+            pytest.skip("the launch cache does not know this Triton's launcher")
+        launch_cache.clear()
+        yield
+    finally:
+        launch_cache.set_enabled(was)
+
+
+def _uncached(fn, *args, **kwargs):
     launch_cache.set_enabled(False)
     try:
         return fn(*args, **kwargs)
     finally:
-        launch_cache.set_enabled(was)
+        launch_cache.set_enabled(True)
+
+
+def _call(fn, *args, **kwargs):
+    """(the result of one call of ``axpy``, whether that call hit a plan)"""
+    hits = axpy._launch_cache.hits
+    res = fn(*args, **kwargs)
+    return res, axpy._launch_cache.hits == hits + 1
 
 
 def _assert_same(res, ref):
@@ -76,6 +81,18 @@ def _assert_same(res, ref):
     assert res.dtype == ref.dtype and res.shape == ref.shape
     assert res.stride() == ref.stride()
     assert torch.equal(res, ref)
+
+
+def test_launch_cache_off_unless_env_set():
+    spec = importlib.util.find_spec(launch_cache.__name__)
+    for env, on in ((None, False), ("0", False), ("1", True)):
+        environ = {k: v for k, v in os.environ.items() if k != "FLAGGEMS_LAUNCH_CACHE"}
+        if env is not None:
+            environ["FLAGGEMS_LAUNCH_CACHE"] = env
+        with mock.patch.dict(os.environ, environ, clear=True):
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)  # a fresh copy, reading the env
+        assert module.is_enabled() is on, env
 
 
 LAYOUTS = {
@@ -86,36 +103,16 @@ LAYOUTS = {
 }
 
 
-@pytest.mark.copy_
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.int32])
-def test_launch_cache_copy_(dtype):
-    # contiguous copies that convert: copy_ runs them through pointwise_dynamic (a
-    # small copy of one dtype may go to a backend's native copy, as on KunlunXIN;
-    # strided layouts are the axpy tests below)
-    src_dtype = torch.float16 if dtype is torch.float32 else torch.float32
-    hosts = [torch.randn(24, 30).mul(100).to(src_dtype) for _ in range(CALLS + 2)]
-    srcs = [host.to(DEVICE) for host in hosts]
-    dsts = [torch.empty(srcs[0].shape, dtype=dtype, device=DEVICE) for _ in hosts]
-    launch_cache.clear()
-    with flag_gems.use_gems(include=["copy_"]):
-        # the first copies are counted, the next records, the others hit
-        for dst, src in zip(dsts, srcs):
-            dst.copy_(src)
-    for dst, host in zip(dsts, hosts):
-        utils.gems_assert_equal(dst, utils.to_reference(host.to(DEVICE)).to(dtype))
-    assert launch_cache.stats()["hits"] >= 2
-
-
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("scalar", [2.5, 3, 1, 32])
 def test_launch_cache_hit_matches_uncached(layout, scalar):
     view = LAYOUTS[layout]
-    launch_cache.clear()
-    for _ in range(CALLS + 2):  # counted, recorded, then two hits
+    for i in range(CALLS + 2):  # counted, recorded, then two hits
         x = view(torch.randn(24, 30, device=DEVICE))
         y = view(torch.randn(24, 30, device=DEVICE))
-        _assert_same(axpy(x, scalar, y), _uncached(axpy, x, scalar, y))
-    assert launch_cache.stats()["hits"] == 2
+        res, hit = _call(axpy, x, scalar, y)
+        assert hit == (i >= CALLS)
+        _assert_same(res, _uncached(axpy, x, scalar, y))
 
 
 def _flat(x, start):
@@ -147,12 +144,11 @@ NEW_SIGNATURES = {
 def test_launch_cache_misses_on_a_new_signature(change):
     first, other = NEW_SIGNATURES[change]
     x = torch.randn(8, 16, device=DEVICE)
-    launch_cache.clear()
-    for _ in range(CALLS + 1):  # recorded, then a hit
+    for _ in range(CALLS):  # counted, then recorded
         first(x)
-    stats = launch_cache.stats()
-    res = other(x)
-    assert launch_cache.stats()["misses"] == stats["misses"] + 1
+    assert _call(first, x)[1]  # the recorded signature hits
+    res, hit = _call(other, x)
+    assert not hit
     _assert_same(res, _uncached(other, x))
 
 
@@ -160,29 +156,26 @@ def test_launch_cache_out_aliasing_input():
     x = torch.randn(16, 8, device=DEVICE)
     y = torch.randn(16, 8, device=DEVICE)
     ref = x.clone()
-    launch_cache.clear()
-    for _ in range(CALLS + 2):
-        axpy(x, 0.5, y, out0=x)
+    for i in range(CALLS + 2):
+        assert _call(axpy, x, 0.5, y, out0=x)[1] == (i >= CALLS)
         _uncached(axpy, ref, 0.5, y, out0=ref)
     utils.gems_assert_equal(x, utils.to_reference(ref))
-    assert launch_cache.stats()["hits"] == 2
 
 
 @pytest.mark.parametrize("shape", [(0, 5), (), (1,)])
 def test_launch_cache_zero_size_and_zero_dim(shape):
-    launch_cache.clear()
-    for _ in range(CALLS + 1):
+    for i in range(CALLS + 1):
         x = torch.randn(shape, device=DEVICE)
-        _assert_same(axpy(x, 2.0, x), _uncached(axpy, x, 2.0, x))
-        assert axpy(x, 2.0, x).shape == x.shape
-    assert launch_cache.stats()["hits"] >= 1
+        res, hit = _call(axpy, x, 2.0, x)
+        assert hit == (i >= CALLS)
+        _assert_same(res, _uncached(axpy, x, 2.0, x))
 
 
 def test_launch_cache_errors_leave_out_untouched():
     x = torch.randn(8, 16, device=DEVICE)
     out = torch.full((16, 8), 7.0, device=DEVICE)
     ref = out.clone()
-    for _ in range(2):
+    for _ in range(CALLS + 1):
         with pytest.raises(RuntimeError):
             axpy(x, 2.0, x, out0=out)
     utils.gems_assert_equal(out, utils.to_reference(ref))
@@ -191,7 +184,6 @@ def test_launch_cache_errors_leave_out_untouched():
 def test_launch_cache_threads():
     xs = [torch.randn(n, 33, device=DEVICE) for n in (3, 5, 7)]
     refs = [_uncached(axpy, x, 2.0, x) for x in xs]
-    launch_cache.clear()
     results = {}
 
     def work(k):
@@ -202,7 +194,7 @@ def test_launch_cache_threads():
         t.start()
     for t in threads:
         t.join()
+    assert len(results) == 4
     for k, outs in results.items():
         for i, res in enumerate(outs):
             _assert_same(res, refs[(i + k) % 3])
-    assert len(results) == 4

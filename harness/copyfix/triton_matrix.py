@@ -132,7 +132,6 @@ def import_check(python: Path) -> dict:
 OP_FILES = (
     "src/flag_gems/utils/launch_cache.py",
     "src/flag_gems/utils/pointwise_dynamic.py.patch",
-    "src/flag_gems/runtime/backend/_kunlunxin/utils/pointwise_dynamic.py.patch",
     "src/flag_gems/runtime/backend/_kunlunxin/ops",
     "src/flag_gems/ops",
 )

@@ -1,15 +1,17 @@
 """PR 3's launch cache (flag_gems/utils/launch_cache.py), beyond the PR's own test.
+The cache is opt-in (off unless FLAGGEMS_LAUNCH_CACHE=1): every test here turns it on
+for its own scope (the autouse fixture) and restores the setting after.
 
 Every property the issue asks for, each by a test that fails without it:
 a hit reuses the recorded compiled kernel and skips the derivations; a change of any
 key field misses (and a key that drops the field is caught: see
 test_dropping_a_key_field_is_caught); the current device, stream and launch hooks are
 read at each launch; threads, aliasing, zero-size and 0-d tensors, errors; bit-exact
-results against the uncached path over layouts and dtypes.  Both ``pointwise_dynamic``
-modules are covered: the generic one and the KunlunXIN fork (what copy_ launches
-through).  In cpu mode the kernels run on Triton's interpreter through the emulation's
-stand-in for the compiled kernel (copyfix.emulation.interpreter.InterpretedKernel).
-"""
+results against the uncached path over layouts and dtypes; a launcher that refuses
+the recorded arguments falls back to the plain launch.  The cache is wired into the
+generic ``pointwise_dynamic`` only (the KunlunXIN fork is untouched).  In cpu mode
+the kernels run on Triton's interpreter through the emulation's stand-in for the
+compiled kernel (copyfix.emulation.interpreter.InterpretedKernel)."""
 
 import contextlib
 import inspect
@@ -20,14 +22,14 @@ from unittest import mock
 
 import pytest
 
-from copyfix import emulation, tracking
+from copyfix import emulation
 
 MODE = emulation.activate()  # before flag_gems is imported
 
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-import flag_gems  # noqa: E402
+import flag_gems.ops.copy  # noqa: E402,F401  (the generic copy_, PR 2)
 from flag_gems.utils import launch_cache as lc  # noqa: E402
 from flag_gems.utils.libentry import LibEntry  # noqa: E402
 from flag_gems.utils.pointwise_dynamic import pointwise_dynamic as generic_pd  # noqa: E402
@@ -35,7 +37,6 @@ from flag_gems.utils.tensor_wrapper import StridedBuffer  # noqa: E402
 
 pytestmark = pytest.mark.harness
 DEV = emulation.device()
-KX_PD = sys.modules["_kunlunxin.utils.pointwise_dynamic"]
 
 
 @triton.jit
@@ -56,7 +57,7 @@ def _make(pd):
     return types.SimpleNamespace(axpy=axpy, pair=pair)
 
 
-FNS = {"generic": _make(generic_pd), "kunlunxin": _make(KX_PD.pointwise_dynamic)}
+FNS = {"generic": _make(generic_pd)}
 FLAVOURS = sorted(FNS)
 
 
@@ -67,11 +68,12 @@ def rand(*shape, dtype=torch.float32, seed=0):
 
 @contextlib.contextmanager
 def cache_off():
+    was = lc.is_enabled()
     lc.set_enabled(False)
     try:
         yield
     finally:
-        lc.set_enabled(True)
+        lc.set_enabled(was)
 
 
 def uncached(call, *tensors):
@@ -107,9 +109,14 @@ def warm(f, *args, **kwargs):
 
 @pytest.fixture(autouse=True)
 def fresh_plans():
-    lc.clear()
-    yield
+    """The cache turned on (it is opt-in) with no plan, the setting restored after."""
+    was = lc.is_enabled()
     lc.set_enabled(True)
+    lc.clear()
+    try:
+        yield
+    finally:
+        lc.set_enabled(was)
 
 
 # ----------------------------------------------------------------- hits and misses
@@ -734,7 +741,7 @@ def test_the_launcher_convention_is_this_tritons():
 
 
 def test_threads_share_plans_without_torn_entries():
-    fns = FNS["kunlunxin"]
+    fns = FNS["generic"]
     inputs = [rand(n, 5, seed=n) for n in (2, 3, 4, 5)]
     want = [uncached(lambda a: fns.axpy(a, 2.0, a), x)[0] for x in inputs]
     errors = []
@@ -835,24 +842,53 @@ def test_the_switch():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32], ids=str)
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-def test_copy_dispatched_under_use_gems_hits(layout, dtype):
-    """The KunlunXIN copy_ (PR 1, unchanged) launches through the cache: its second
-    and third copies of a layout hit, bit for bit what the uncached copy_ writes (the
-    contiguous layout too: the fork's small-copy shortcut to native is off here)."""
+def test_generic_copy_hits(layout, dtype):
+    """The generic copy_ (which instantiates its wrapper) launches through the cache:
+    its copies of a layout after the recording hit, each bit for bit what the
+    uncached copy_ writes."""
+    copy_ = sys.modules["flag_gems.ops.copy"].copy_
     view = LAYOUTS[layout]
     dst = torch.empty_like(view(rand(6, 8, dtype=dtype)))
-    lc.clear()
-    with (
-        tracking.small_copies_through_triton(),
-        flag_gems.use_gems(include=["copy_"]),
-    ):
-        for seed in range(N + 2):
-            src = view(rand(6, 8, dtype=dtype, seed=seed))
-            dst.copy_(src)
-            with cache_off():
-                want = torch.empty_like(dst).copy_(src)
-            assert same(dst, want) and torch.equal(dst.cpu(), src.cpu())
-    assert lc.stats()["hits"] >= 2
+    for seed in range(N + 2):
+        src = view(rand(6, 8, dtype=dtype, seed=seed))
+        hits = lc.stats()["hits"]
+        copy_(dst, src)
+        assert (lc.stats()["hits"] == hits + 1) == (seed >= N), seed
+        with cache_off():
+            want = copy_(torch.empty_like(dst), src)
+        assert same(dst, want) and torch.equal(dst.cpu(), src.cpu())
+
+
+def test_kunlunxin_pointwise_dynamic_is_untouched():
+    """The proposal is for the generic pointwise_dynamic: the KunlunXIN fork (what its
+    ops, copy_ included, launch through) has no cache and launches as it did."""
+    kx = sys.modules["_kunlunxin.utils.pointwise_dynamic"]
+    f = _make(kx.pointwise_dynamic).axpy
+    x = rand(4, 6)
+    assert not hasattr(f, "_launch_cache")
+    for _ in range(N + 1):
+        assert same(f(x, 2.0, x), uncached(lambda a: f(a, 2.0, a), x)[0])
+    assert lc.stats()["hits"] == 0
+
+
+def test_a_launcher_that_refuses_the_arguments_falls_back():
+    """A launcher of another convention refuses the recorded arguments (TypeError,
+    before it launches): that call takes the plain launch, bit-exact, and its
+    signature stays on the plain launch."""
+    f = FNS["generic"].axpy
+    x = rand(4, 6)
+    want = uncached(lambda a: f(a, 2.0, a), x)[0]
+    warm(f, x, 2.0, x)
+    (plan,) = f._launch_cache.plans.values()
+
+    def refuse(*args):
+        raise TypeError("function takes exactly 17 arguments (16 given)")
+
+    plan.launcher = refuse
+    hits = f._launch_cache.hits
+    assert same(f(x, 2.0, x), want)
+    assert list(f._launch_cache.plans.values()) == [lc._UNCACHEABLE]
+    assert same(f(x, 2.0, x), want) and f._launch_cache.hits == hits
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)

@@ -28,6 +28,7 @@ The issue's bound is on/off <= 1.10 for the first three.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -36,6 +37,18 @@ import time
 from pathlib import Path
 
 from copyfix.measure.launch_cost import _op_commit, bounds
+
+
+@contextlib.contextmanager
+def cache_on(launch_cache):
+    """The cache turned on (it is opt-in: off unless FLAGGEMS_LAUNCH_CACHE=1), the
+    setting restored after; the columns below switch it per round inside."""
+    was = launch_cache.is_enabled()
+    launch_cache.set_enabled(True)
+    try:
+        yield
+    finally:
+        launch_cache.set_enabled(was)
 
 
 def measure(
@@ -106,7 +119,8 @@ def measure(
 
     out = {}
     t_start = time.perf_counter()
-    with flag_gems.use_gems(), mock.patch.object(launch_cache, "MAX_PLANS", cap):
+    patched_cap = mock.patch.object(launch_cache, "MAX_PLANS", cap)
+    with flag_gems.use_gems(), patched_cap, cache_on(launch_cache):
         add(64)
         sync()
         progress(f"import and first call: {time.perf_counter() - t_start:.1f} s")
