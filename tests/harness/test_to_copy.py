@@ -252,7 +252,7 @@ def test_bad_input_raises_as_torch(guard, which):
     assert str(ours.value) == str(torch_error.value)
 
 
-# --- the KunlunXIN op sets no TRITONXPU_BF16_FAST, and scopes TRITONXPU_ELEMBYTES
+# --- the KunlunXIN op scopes TRITONXPU_BF16_FAST and TRITONXPU_ELEMBYTES to its launch
 
 
 def test_kunlunxin_launch_environment(guard, monkeypatch):
@@ -278,8 +278,9 @@ def test_kunlunxin_launch_environment(guard, monkeypatch):
     x = torch.tensor([1.00390625, 1.01171875, -3.0], device=DEV)
     module.to_copy(x, dtype=torch.bfloat16)
     module.to_copy(x, dtype=torch.int64)
-    assert seen == [(None, "4"), (None, "8")]
+    assert seen == [("1", "4"), ("1", "8")]
     assert os.environ["TRITONXPU_ELEMBYTES"] == "4"
+    assert "TRITONXPU_BF16_FAST" not in os.environ
     monkeypatch.delenv("TRITONXPU_ELEMBYTES")
     module.to_copy(x, dtype=torch.float64)
     assert "TRITONXPU_ELEMBYTES" not in os.environ
@@ -308,10 +309,10 @@ def test_measurement_counts_before_and_after(guard):
         assert summary["after_errors"] == 0
 
 
-def test_kunlunxin_kernels_compile_with_no_bf16_conversion_left(guard, tmp_path):
-    # Compiled Triton (PTX for sm_90, no GPU): every bfloat16 output is stored as the
-    # bits the kernel rounded, so no backend lowering of an f32 -> bf16 conversion (what
-    # TRITONXPU_BF16_FAST selects on the XPU) is left; the pre-image converts directly.
+def test_kunlunxin_kernels_compile_with_only_the_f32_bf16_store_left(guard, tmp_path):
+    # Compiled Triton (PTX for sm_90, no GPU): every bfloat16 output but float32's is
+    # stored as the bits the kernel rounded; float32 keeps the backend's f32 -> bf16
+    # store (what TRITONXPU_BF16_FAST selects on the XPU); the pre-image converts all.
     from test_generic_copy import _ptx  # (tests/harness is on sys.path, no package)
 
     module = kunlunxin_to()
@@ -326,8 +327,10 @@ def test_kunlunxin_kernels_compile_with_no_bf16_conversion_left(guard, tmp_path)
         dict.fromkeys(plan, "_to_copy_func"),
         tmp_path,
     )
+    assert plan.pop("float32->bfloat16") == "_to_copy_func_close_interleave"
     assert set(plan.values()) == {"_to_bf16_func"}
     for pair, cvts in after.items():
-        assert not [c for c in cvts if ".bf16." in c], (pair, cvts)
+        bf16 = [c for c in cvts if ".bf16." in c]
+        assert bool(bf16) == (pair == "float32->bfloat16"), (pair, cvts)
     assert "cvt.rn.bf16.s32" in before["int32->bfloat16"]
     assert "cvt.rn.bf16.f64" in before["float64->bfloat16"]

@@ -13,12 +13,13 @@ on the exported files before committing.
 Each PR's commit message is its own PR text (`commit_message`): the text's first line,
 a `# ` heading, is the title; the rest, verbatim, is the body, in FlagGems' PR template
 (`pr_text_parts` refuses a text that is not). A one-commit branch so carries exactly
-what `gh pr create --fill` posts. A new PR is one `PR(...)` entry in `_prs()` and a PR
-text in that form.
+what `gh pr create --fill` posts. The stack is pyproject's [[tool.copyfix.stack]]
+(one entry per PR, in merge order); PR n's text is docs/PR<n>.md.
 """
 
 import argparse
 import difflib
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -33,24 +34,16 @@ REPO = Path(__file__).resolve().parents[3]
 COPY_PY = "src/flag_gems/runtime/backend/_kunlunxin/ops/copy.py"
 # the strided Triton copy both integrations of copy.py call (a new upstream file)
 STRIDED_COPY_PY = "src/flag_gems/runtime/backend/_kunlunxin/ops/strided_copy.py"
-# PR 1 (KunlunXIN strided copy_): what goes upstream, at the same paths in a FlagGems checkout.
-PR_FILES = [
-    COPY_PY,
-    STRIDED_COPY_PY,
-    "tests/test_copy_ops.py",
-    "benchmark/test_copy_strided.py",
-]
 
 
 class PR:
-    """One upstream PR: its files, the file whose pre-image it needs, its branch, its
-    PR text (repository-relative), from which its commit message is made, and the
-    upstream files it edits through a patch kept beside their tree path."""
+    """One upstream PR of the stack: its position (n, from 1), its whole files, the
+    upstream files it edits through a patch, the PRs its branch sits on, its branch
+    and its text (docs/PR<n>.md), from which its commit message is made."""
 
-    def __init__(self, name, files, preimage_path, branch, text, patched=()):
-        self.name, self.files, self.preimage_path = name, list(files), preimage_path
-        self.branch, self.text = branch, text
-        self.patched = list(patched)
+    def __init__(self, name, files, branch, text, patched=(), needs=(), n=0):
+        self.name, self.files, self.branch, self.text = name, list(files), branch, text
+        self.patched, self.needs, self.n = list(patched), list(needs), n
 
     @property
     def message(self) -> str:
@@ -58,7 +51,23 @@ class PR:
 
     @property
     def changed(self) -> list[str]:
-        return self.files + self.patched
+        return list(dict.fromkeys(self.files + self.patched))
+
+    def patch_file(self, rel: str, head: bool = False) -> Path:
+        """The patch this PR applies to upstream's ``rel``: ``<rel>.pr<n>[.head].patch``
+        where the stack keeps one for this PR, else the overlay's ``<rel>.patch``."""
+        own = REPO / f"{rel}.pr{self.n}{'.head' if head else ''}.patch"
+        return own if own.is_file() or head else REPO / f"{rel}.patch"
+
+    def kept_files(self) -> list[str]:
+        """This repository's files the PR is made of (whole files and patches)."""
+        out = list(self.files)
+        for rel in self.patched:
+            for head in (False, True):
+                path = self.patch_file(rel, head)
+                if path.is_file():
+                    out.append(str(path.relative_to(REPO)))
+        return list(dict.fromkeys(out))
 
 
 # FlagGems' PR template (.github/PULL_REQUEST_TEMPLATE.md): its headings, in order, and
@@ -71,9 +80,8 @@ TEMPLATE_HEADINGS = (
     "Progress",
     "Performance",
 )
-MAX_LINES = 60
-MAX_PERFORMANCE_LINES = 12
-MAX_PERFORMANCE_ROWS = 6
+MAX_LINES = 30
+MAX_PERFORMANCE_LINES = 6
 
 
 def pr_text_parts(text: str) -> tuple[str, str]:
@@ -95,9 +103,6 @@ def pr_text_parts(text: str) -> tuple[str, str]:
         raise SystemExit(
             f"a PR text's Performance section has at most {MAX_PERFORMANCE_LINES} lines"
         )
-    rows = [line for line in performance if line.startswith("|")][2:]  # (header, rule)
-    if len(rows) > MAX_PERFORMANCE_ROWS:
-        raise SystemExit(f"a Performance table has at most {MAX_PERFORMANCE_ROWS} rows")
     body = "\n".join(lines[1:]).strip("\n")
     return lines[0][2:].strip(), body
 
@@ -128,38 +133,28 @@ def patch_path() -> Path:
     return PATCHES[base]
 
 
-BRANCH = "kunlunxin/strided-copy"
-
-
 def _prs() -> dict:
-    """Every PR `make pr` exports, one `PR(...)` entry each: its files, branch, text."""
-    from copyfix.export import pr_generic
-    from copyfix.export import pr_kunlunxin_to as pr4
-    from copyfix.export import pr_launch_cache as lc
-
+    """The stack, in merge order, from pyproject's [[tool.copyfix.stack]]."""
+    table = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["copyfix"]
     prs = [
-        PR("kunlunxin", PR_FILES, COPY_PY, BRANCH, "docs/PR.md"),
         PR(
-            "generic",
-            pr_generic.FILES,
-            pr_generic.PREIMAGE_PATH,
-            pr_generic.BRANCH,
-            "docs/PR2.md",
-        ),
-        PR(
-            "launch-cache",
-            lc.FILES,
-            lc.PATCHED[0],
-            lc.BRANCH,
-            "docs/PR3.md",
-            lc.PATCHED,
-        ),
-        PR(pr4.NAME, pr4.FILES, pr4.PREIMAGE_PATH, pr4.BRANCH, "docs/PR4.md"),
+            e["name"],
+            e["files"],
+            e["branch"],
+            f"docs/PR{n}.md",
+            e["patched"],
+            e["needs"],
+            n,
+        )
+        for n, e in enumerate(table["stack"], 1)
     ]
     return {pr.name: pr for pr in prs}
 
 
 PRS = _prs()
+# the PR with the KunlunXIN op's whole files (copy.patch is its diff)
+PR_FILES = PRS["kunlunxin"].files
+BRANCH = PRS["kunlunxin"].branch
 
 
 def _copyfix_table() -> dict:
@@ -182,48 +177,98 @@ def head_preimages() -> dict:
     return _copyfix_table().get("head-preimages", {})
 
 
-def check_preimage(tree: Path, pr: "PR", table=None) -> None:
+def _is_head(rel: str, text: str, table: dict) -> bool:
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return digest in table.get("head-preimages", {}).get(rel, ())
+
+
+def check_preimage(tree: Path, pr: "PR", table=None, originals=None) -> None:
     """Exit with a one-line reason unless `tree` holds a known pre-image of each base
-    file pr replaces (its op file, and any other PR file with recorded pre-images)
-    and of every file it patches.  ``table``: pyproject's [tool.copyfix], if read."""
+    file pr replaces or patches.  ``table``: pyproject's [tool.copyfix], if read;
+    ``originals``: the files' texts before this export's earlier PRs wrote them."""
     table = table or _copyfix_table()
-    table, head = table["preimages"], table.get("head-preimages", {})
-    replaced = [f for f in pr.files if f != pr.preimage_path and f in table]
-    for path in dict.fromkeys([pr.preimage_path, *replaced, *pr.patched]):
+    pre, head = table["preimages"], table.get("head-preimages", {})
+    for path in pr.changed:
+        if path not in pre and path not in head and path not in pr.patched:
+            continue  # a file the PR adds
         target = tree / path
-        if not target.is_file():
+        if originals is not None and path in originals:
+            found = hashlib.sha256(originals[path].encode()).hexdigest()
+        elif not target.is_file():
             raise SystemExit(f"{tree} is not a FlagGems checkout (no {path})")
-        found = sha256(target)
-        if found not in table[path] and found not in head.get(path, ()):
-            known = [*table[path], *head.get(path, ())]
+        else:
+            found = sha256(target)
+        known = [*pre.get(path, ()), *head.get(path, ())]
+        if found not in known:
             raise SystemExit(
                 f"refusing {pr.name} PR: {target} has sha256 {found}, not a known pre-image "
                 f"({', '.join(known)}); rebase the overlay on that checkout first"
             )
 
 
-def apply_pr(tree: Path, name: str) -> list[str]:
-    """Write PR `name`'s files into the FlagGems tree `tree` (pre-image checked first)."""
+def apply_pr(tree: Path, name: str, originals=None) -> list[str]:
+    """Write PR `name`'s files into the FlagGems tree `tree` (pre-images checked
+    first). Each file is made from its upstream text (``originals``, where an
+    earlier PR of the stack already wrote it): a whole file of the overlay (through
+    ``<file>.head.patch`` on upstream's head file), or the PR's patch applied."""
     pr = PRS[name]
     table = _copyfix_table()
-    check_preimage(tree, pr, table)
-    head = table.get("head-preimages", {})
+    check_preimage(tree, pr, table, originals)
+    originals = originals or {}
+
+    def upstream_text(rel):
+        return originals[rel] if rel in originals else (tree / rel).read_text()
+
     for rel in pr.files:
         dst = tree / rel
-        if dst.is_file() and sha256(dst) in head.get(rel, ()):
-            # upstream's head file (a head pre-image): the patch, not our whole file
+        if (rel in originals or dst.is_file()) and _is_head(
+            rel, upstream_text(rel), table
+        ):
             patch = head_patch(REPO / rel)
-            dst.write_text(apply_patch(dst.read_text(), patch.read_text(), str(patch)))
+            dst.write_text(
+                apply_patch(upstream_text(rel), patch.read_text(), str(patch))
+            )
             continue
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / rel, dst)
     for rel in pr.patched:
-        patch = REPO / f"{rel}.patch"
-        target = tree / rel
-        target.write_text(
-            apply_patch(target.read_text(), patch.read_text(), str(patch))
-        )
+        text = upstream_text(rel)
+        patch = pr.patch_file(rel, head=_is_head(rel, text, table))
+        (tree / rel).write_text(apply_patch(text, patch.read_text(), str(patch)))
     return pr.changed
+
+
+def with_needs(name: str) -> list[str]:
+    """``name`` and every PR it needs, transitively, in stack order."""
+    wanted, todo = set(), [name]
+    while todo:
+        n = todo.pop()
+        if n not in wanted:
+            wanted.add(n)
+            todo += PRS[n].needs
+    return [n for n in PRS if n in wanted]
+
+
+def apply_stack(tree: Path, name: str) -> list[str]:
+    """PR ``name`` written into ``tree`` on top of the PRs it needs: the tree its
+    branch holds."""
+    names = with_needs(name)
+    rels = dict.fromkeys(rel for n in names for rel in PRS[n].changed)
+    originals = {r: (tree / r).read_text() for r in rels if (tree / r).is_file()}
+    applied = [rel for n in names for rel in apply_pr(tree, n, originals)]
+    return list(dict.fromkeys(applied))
+
+
+def added_code(rel: str) -> str:
+    """The lines the stack's patches add to upstream's ``rel``, in stack order: the
+    tests and benchmarks its PRs append to upstream's own files (our code)."""
+    out = []
+    for pr in PRS.values():
+        if rel in pr.patched:
+            for line in pr.patch_file(rel).read_text().splitlines(keepends=True):
+                if line.startswith("+") and not line.startswith("+++"):
+                    out.append(line[1:])
+    return "".join(out)
 
 
 def base_copy_text() -> str:
@@ -307,21 +352,30 @@ def upstream_lint(checkout: Path, files: list[str]) -> None:
 
 
 def export_pr(checkout: Path, names=None) -> dict[str, str]:
-    """One branch per PR from the checkout's HEAD, one commit each; {name: commit}."""
+    """One branch per PR, one commit each, in stack order: a PR's branch starts
+    from the branch of the last PR it needs (exported in this run or before), else
+    from the checkout's HEAD; {name: commit}."""
     checkout = checkout.resolve()
-    names = list(names or PRS)
+    names = [n for n in PRS if n in (names or PRS)]
     if not (checkout / ".git").exists():
         raise SystemExit(f"{checkout} is not a FlagGems git checkout (no .git)")
+    touched = dict.fromkeys(rel for n in names for rel in PRS[n].changed)
+    originals = {
+        rel: (checkout / rel).read_text()
+        for rel in touched
+        if (checkout / rel).is_file()
+    }
     for name in names:
-        check_preimage(checkout, PRS[name])
+        check_preimage(checkout, PRS[name], originals=originals)
     if _git(checkout, "status", "--porcelain", "--untracked-files=no").strip():
         raise SystemExit(f"refusing to export: {checkout} has uncommitted changes")
     start = _git(checkout, "rev-parse", "HEAD").strip()
     shas = {}
     for name in names:
         pr = PRS[name]
-        _git(checkout, "switch", "-q", "-c", pr.branch, start)
-        apply_pr(checkout, name)
+        base = PRS[pr.needs[-1]].branch if pr.needs else start
+        _git(checkout, "switch", "-q", "-c", pr.branch, base)
+        apply_pr(checkout, name, originals)
         upstream_lint(checkout, pr.changed)
         _git(checkout, "add", *pr.changed)
         _git(checkout, "commit", "-q", "--cleanup=verbatim", "-m", pr.message)
@@ -350,7 +404,7 @@ def main(argv=None) -> int:
             return 1
         print("copy.patch is in sync")
     elif args.cmd == "apply-pr":
-        print("\n".join(apply_pr(args.tree, args.name)))
+        print("\n".join(apply_stack(args.tree, args.name)))
     else:
         for name, sha in export_pr(args.checkout, args.only).items():
             print(f"{name}: committed {sha[:12]} on branch {PRS[name].branch}")

@@ -260,8 +260,8 @@ def validate(args) -> dict:
     prs = {}
     for name in names:
         pr = export.PRS[name]
-        kept = pr.files + [f"{rel}.patch" for rel in pr.patched]
-        missing = [f for f in kept if not (export.REPO / f).is_file()]
+        missing = [f for f in pr.files if not (export.REPO / f).is_file()]
+        missing += [r for r in pr.patched if not pr.patch_file(r).is_file()]
         if missing:
             raise InputError(f"PR {name}: {missing[0]} is missing in {export.REPO}")
         try:
@@ -599,7 +599,7 @@ def _pr_files(names) -> dict:
     out = {}
     for name in names:
         pr = export.PRS[name]
-        for rel in pr.files + [f"{p}.patch" for p in pr.patched]:
+        for rel in pr.kept_files():
             path = export.REPO / rel
             done = _git("status", "--porcelain", "--", rel)
             ok = done is not None and done.returncode == 0
@@ -644,7 +644,7 @@ def run_base(v: dict, args) -> dict:
         common = dict(mode=args.mode, shims=shims, budget=budget, work=work)
         for name, files in prs.items():
             tree = copy_checkout(checkout, work / f"pr-{name}")
-            applied = export.apply_pr(tree, name)
+            applied = export.apply_stack(tree, name)
             for other in getattr(args, "with_prs", None) or ():
                 if other != name:  # composed with it, as a merged tree would hold both
                     applied += export.apply_pr(tree, other)

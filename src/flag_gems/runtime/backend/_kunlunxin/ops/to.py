@@ -82,10 +82,9 @@ def _float_to_uint8_func(x):
 
 
 # torch: anything -> float32 -> bfloat16, rounded to nearest even (an integer or
-# a float64 is rounded twice). Rounded here on the float32 bits, so the result
-# does not depend on how the backend lowers an f32 -> bf16 store (the default
-# lowering and TRITONXPU_BF16_FAST's differ on exact ties), and no 16-bit value
-# is converted to bfloat16 directly.
+# a float64 is rounded twice). Rounded here on the float32 bits, so no 16-bit
+# value or integer is converted to bfloat16 directly (the XPU toolchain rejects
+# or miscompiles those); float32 itself keeps the hardware store.
 @pointwise_dynamic(
     is_tensor=[True],
     promotion_methods=[(0, "DEFAULT")],
@@ -125,13 +124,13 @@ def _kernel_for(src_dtype: torch.dtype, dst_dtype: torch.dtype):
     if src_dtype != dst_dtype:
         if dst_dtype == torch.bool:
             return _to_bool_func
-        if dst_dtype == torch.bfloat16:
-            return _to_bf16_func
+        if dst_dtype == torch.bfloat16 and src_dtype != torch.float32:
+            return _to_bf16_func  # (float32 keeps the hardware store)
         if dst_dtype == torch.uint8 and src_dtype.is_floating_point:
             return _float_to_uint8_func
         if dst_dtype == torch.float16 and src_dtype == torch.float64:
             return _through_fp32_func
-    if src_dtype == torch.bfloat16:
+    if torch.bfloat16 in (src_dtype, dst_dtype):
         return _to_copy_func_close_interleave
     return _to_copy_func
 
@@ -212,16 +211,19 @@ def to_copy(
         )
         x = _to_copy_func(x, out0=wide)
     kernel = _kernel_for(x.dtype, dtype)
-    if out.element_size() != 8:
-        return kernel(x, out0=out)
-    # The XPU compiler reads its local-memory element size from the environment
-    # when it compiles; no CodeGenConfig field or launch option carries it.
-    previous = os.environ.get("TRITONXPU_ELEMBYTES")
-    os.environ["TRITONXPU_ELEMBYTES"] = "8"
+    # The XPU compiler reads these from the environment when it compiles (no
+    # CodeGenConfig field or launch option carries them): the fast f32 -> bf16
+    # store, and the local-memory element size. The caller's values come back.
+    settings = {"TRITONXPU_BF16_FAST": "1"}
+    if out.element_size() == 8:
+        settings["TRITONXPU_ELEMBYTES"] = "8"
+    previous = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
     try:
         return kernel(x, out0=out)
     finally:
-        if previous is None:
-            del os.environ["TRITONXPU_ELEMBYTES"]
-        else:
-            os.environ["TRITONXPU_ELEMBYTES"] = previous
+        for name, value in previous.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
