@@ -28,6 +28,7 @@ this one        versions and activation: which libraries and FlagGems bases the
                 patches were written for, and the mode switch
 :mod:`.shims`       stock-Triton shims for the kunlunxin sources (cpu and cuda)
 :mod:`.interpreter` the cpu-mode patches of Triton's interpreter, torch and FlagGems
+:mod:`.xpu_libdevice` cpu-mode interpreter stand-ins for KunlunXIN libdevice functions
 :mod:`.faults`      the device fault model (:func:`xpu_device_model`, :func:`xpu_fallback_failure`)
 :mod:`.kunlunxin`   the kunlunxin copy module FlagGems dispatches to, and the base one
 
@@ -274,6 +275,10 @@ def activate(mode: str | None = None) -> str:
         if vendor == "kunlunxin":  # (the shims serve the kunlunxin sources only)
             shims.patch_triton_common()
         interpreter.patch_triton_interpreter(vendor)
+        if vendor == "kunlunxin":  # (after the interpreter's JITFunction is in place)
+            from . import xpu_libdevice
+
+            xpu_libdevice.install(sys.modules["triton.language.extra.xpu.libdevice"])
         interpreter.patch_torch_cpu()
         interpreter.patch_flag_gems_cpu(base)
         CPU_VENDOR = vendor

@@ -256,6 +256,17 @@ def patch_triton_interpreter(vendor: str = "kunlunxin") -> None:
             return baked
 
         def __call__(self, *args, **kwargs):  # device-function call inside a kernel
+            # --- triton 3.6.0 compiler/code_generator.py (call_JitFunction): a
+            # device function's arguments that are no Triton values become
+            # constexprs, so `get_dtype_min(x.type.element_ty)` (flag_gems
+            # utils/limits.py, 5.0.2 and main: argmax, max, ...) reads `dtype.value`.
+            # The interpreter passes the bare tl.dtype ("'dtype' object has no
+            # attribute 'value'").  Wrap dtypes (only) as the compiler does.
+            args = [tl.constexpr(a) if isinstance(a, tl.dtype) else a for a in args]
+            kwargs = {
+                k: tl.constexpr(a) if isinstance(a, tl.dtype) else a
+                for k, a in kwargs.items()
+            }
             return self.interpreted(*args, **kwargs)
 
         def rewrite(self):  # (3.2+: the interpreter rewrites the function's AST)
@@ -267,8 +278,8 @@ def patch_triton_interpreter(vendor: str = "kunlunxin") -> None:
     interpreter.InterpretedFunction = InterpretedJITFunction
 
     # --- triton 3.6.0 runtime/jit.py JITFunction.__call__ raises "Cannot call
-    # @triton.jit'd outside of the scope of a kernel" (checked on 3.6.0 only: the
-    # nvidia variant is not in the Triton matrix).  Triton is imported without
+    # @triton.jit'd outside of the scope of a kernel" (patched on 3.6 only: the
+    # Triton matrix, 3.0-3.5, was checked without it).  Triton is imported without
     # TRITON_INTERPRET (import_triton_uninterpreted), so its own @jit library functions
     # (language/standard.py: tl.cdiv, tl.sum, tl.sigmoid, ...) are plain
     # JITFunctions, not the stock InterpretedFunctions an interpreted import would
@@ -276,9 +287,10 @@ def patch_triton_interpreter(vendor: str = "kunlunxin") -> None:
     # in every launch) fails on the interpreter where compiled Triton inlines it.
     # Inside an interpreted launch (and only there) such a call runs the function on
     # the stock interpreter, as an interpreted import would; outside one it raises as
-    # before.  Applied in the nvidia cpu variant only: the kunlunxin variant's
-    # exclusions (decode.CPU_EXCLUDED) and tests were found without it.
-    if vendor != "kunlunxin" and not getattr(
+    # before: what compiled Triton does, so no device failure is hidden.  Both
+    # variants: the kunlunxin reductions (sum, mean, any) and isin call Triton's
+    # library functions (tl.sum, tl.cdiv, ...) the same way.
+    if _triton_version() >= (3, 6) and not getattr(
         JITFunction.__call__, "_copyfix_patched", False
     ):
         stock_jit_call = JITFunction.__call__
@@ -585,6 +597,27 @@ def patch_triton_interpreter(vendor: str = "kunlunxin") -> None:
 
         interpreter._patch_lang_tensor = _patch_lang_tensor
 
+    # --- triton 3.6.0 runtime/interpreter.py _implicit_cvt: a Python bool kernel
+    # argument gets Triton type int1 (mangle_type) but an int32 numpy array, which
+    # TensorHandle rejects ("numpy data itemsize (32 bits) exceeds dtype
+    # primitive_bitwidth (1 bits) for triton type int1"): a bool fill value (full,
+    # fill_ of a bool tensor, FlagGems 5.0.2 and main) cannot be launched.  Compiled
+    # Triton passes it as an i1.  Hold it as numpy bool (the interpreter's own int1
+    # storage: comparisons give np.bool_); every other argument as before.  3.6 only
+    # (the Triton matrix was checked without it).
+    if _triton_version() >= (3, 6):
+        stock_implicit_cvt = interpreter._implicit_cvt
+
+        def _implicit_cvt(arg):
+            if isinstance(arg, (bool, np.bool_)):
+                handle = interpreter.TensorHandle(
+                    np.array([arg], dtype=np.bool_), tl.int1
+                )
+                return tl.tensor(handle, tl.int1)
+            return stock_implicit_cvt(arg)
+
+        interpreter._implicit_cvt = _implicit_cvt
+
     interpreter._copyfix_patched = True
 
 
@@ -669,6 +702,19 @@ def bf16_bits_to_float32(bits):
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
+def no_device_index(device):
+    """torch's no-device index (-1) for what names the emulated device, the CPU:
+    ``None`` (a CPU tensor's ``device.index``), a ``torch.device('cpu')`` object (a
+    CPU tensor's ``device``) or the string ``"cpu"``; anything else unchanged."""
+    import torch
+
+    if device is None:
+        return -1
+    if isinstance(device, (str, torch.device)) and torch.device(device).type == "cpu":
+        return -1
+    return device
+
+
 def patch_torch_cpu() -> None:
     import torch
 
@@ -676,7 +722,8 @@ def patch_torch_cpu() -> None:
     # wrappers enter `torch_device_fn._DeviceGuard(in0.device.index)` (torch_device_fn is
     # torch.cuda for kunlunxin).  CPU tensors have device.index None, which
     # torch.cuda._exchange_device rejects; -1 is torch's own "no device" index, for
-    # which it does nothing.  Only None is mapped; any other index behaves as before.
+    # which it does nothing.  Only the CPU is mapped (no_device_index); any other
+    # index behaves as before.
     stock_guard = torch.cuda._DeviceGuard
     if getattr(stock_guard, "_copyfix_patched", False):
         return
@@ -685,21 +732,34 @@ def patch_torch_cpu() -> None:
         _copyfix_patched = True
 
         def __init__(self, index):
-            super().__init__(-1 if index is None else index)
+            super().__init__(no_device_index(index))
 
     torch.cuda._DeviceGuard = _DeviceGuard
 
-    # --- torch 2.13.0 (2.11.x) torch/cuda/__init__.py device: the generic
-    # pointwise_dynamic's wrappers (flag_gems 5.0.2 and main utils/pointwise_dynamic.py)
-    # enter `torch_device_fn.device(in0.device.index)`; PR 3's harness tests run them
-    # in cpu mode too.  The same mapping as above: None (a CPU tensor) -> -1.
+    # --- torch 2.13.0 (2.11.x) torch/cuda/__init__.py device: FlagGems' ops enter
+    # `torch_device_fn.device(x.device)` with the tensor's device *object* (the
+    # KunlunXIN and generic mm, bmm, embedding, sum, mean, max, argmax, any, full,
+    # ones, fill_ ...: `with torch_device_fn.device(inp.device):`, flag_gems 5.0.2 and
+    # main 2026-08-21), the generic pointwise_dynamic wrappers its index.  Stands for
+    # the XPU's device guard: torch_xmlir registers the XPU as the "cuda" device type
+    # (KunlunXIN's descriptor, runtime/backend/_kunlunxin/__init__.py: device_name
+    # "cuda"), so on the XPU `torch.cuda.device(<xpu tensor>.device)` selects that
+    # XPU.  A CPU device object (or index None) is rejected by _get_device_index
+    # ("Expected a cuda device, but got: cpu"); the emulated device is the CPU, so it
+    # maps to torch's no-device index -1, for which the guard does nothing.
+    # How it could hide a device failure: on the XPU a *host* tensor reaching such an
+    # op fails in this guard; here the host is the emulated device, so it cannot.  Only
+    # the CPU is mapped (a cuda index or device object still goes to torch's own
+    # check), and the device model (faults.xpu_device_model) still faults every
+    # strided aten copy those ops make, so the emulation is no more lenient about the
+    # copies this overlay is about.
     stock_device = torch.cuda.device
 
     class device(stock_device):
         _copyfix_patched = True
 
         def __init__(self, index):
-            super().__init__(-1 if index is None else index)
+            super().__init__(no_device_index(index))
 
     torch.cuda.device = device
 
@@ -723,6 +783,63 @@ def patch_flag_gems_cpu(base: str) -> None:
     _patch_libentry(sys.modules["flag_gems.utils.libentry"])
     _register_on_cpu(flag_gems, base)
     _to_copy_on_the_emulated_device()
+    _where_on_the_emulated_device()
+
+
+# The where modules whose device pick the emulation adapts (kunlunxin and generic).
+WHERE_MODULES = ("_kunlunxin.ops.where", "flag_gems.ops.where")
+_WHERE_DEVICE_PICK = 'filter(lambda k: k.type != "cpu", devices)'
+
+
+def _where_on_the_emulated_device() -> None:
+    # --- flag_gems 5.0.2 / main 2026-08-21 _kunlunxin/ops/where.py and ops/where.py
+    # where_self_out: picks the device of its operands as the first whose type is
+    # not "cpu" (`list(filter(lambda k: k.type != "cpu", devices))`, its only use of
+    # filter), moves 0-dim CPU operands there, and asserts that one exists ("CPU
+    # only. There seems a mistake to dispatch to here.").  Stands for the XPU's device
+    # type: torch_xmlir's XPU tensors have type "cuda" (KunlunXIN's descriptor), so on
+    # the XPU the pick finds them.  In cpu mode the emulated device *is* the CPU (see
+    # _register_on_cpu): the module's `filter` becomes one that, where every operand is
+    # on the CPU and the pick would find none, keeps them all (the emulated device);
+    # any other call filters as before.  How it could hide a device failure: on the
+    # XPU a non-0-dim host tensor given with device tensors fails the same-device
+    # assert, and a 0-dim host one is moved; here host and device are one, so neither
+    # shows.  Checked against the module's source: exactly that one filter call.
+    import inspect
+
+    import torch
+
+    for name in WHERE_MODULES:
+        module = sys.modules.get(name)
+        if module is None or getattr(module, "filter", None) is _emulated_device_filter:
+            continue
+        source = inspect.getsource(module)
+        if source.count("filter(") != 1 or _WHERE_DEVICE_PICK not in source:
+            raise RuntimeError(
+                f"{name} ({module.__file__}) no longer picks its device with "
+                f"{_WHERE_DEVICE_PICK!r} alone; re-check the emulation's where patch"
+            )
+        module.filter = _emulated_device_filter
+    del torch
+
+
+def _emulated_device_filter(predicate, items):
+    """``filter`` for the where modules: where every item is the CPU (the emulated
+    device) and ``predicate`` keeps none, all of them; else the builtin's result."""
+    import builtins
+
+    import torch
+
+    items = list(items)
+    kept = list(builtins.filter(predicate, items))
+    cpu = torch.device("cpu")
+    if (
+        not kept
+        and items
+        and all(isinstance(d, torch.device) and d == cpu for d in items)
+    ):
+        return iter(items)
+    return iter(kept)
 
 
 # The _to_copy modules whose host check the emulation adapts (this overlay's files).
@@ -776,6 +893,14 @@ def _provide_interpreter_driver() -> None:
                 )
 
             return benchmarker
+
+        def get_device_interface(self):
+            # (triton 3.6 testing.do_bench, which Triton's Autotuner and FlagGems'
+            # LibTuner time their configs with, reads it: nothing can be timed)
+            raise RuntimeError(
+                "copyfix cpu emulation: Triton's interpreter cannot benchmark or "
+                "autotune (no device interface to time configs with)"
+            )
 
     try:  # (a GPU box has a real driver: keep it; before 3.4 driver.active is a
         # lazy proxy that raises only when an attribute is read)

@@ -14,7 +14,26 @@ import types
 
 # Launch options that only XPU Triton understands.  The kunlunxin wrappers pass them to
 # every launch (flag_gems 5.0.2 _kunlunxin/utils/pointwise_dynamic.py and ops/*.py).
-XPU_LAUNCH_OPTIONS = frozenset({"buffer_size_limit", "unroll_num"})
+# Stand for XPU Triton's compile options (FlagTree's XPU backend reads them at launch:
+# buffer sizes, unrolling, the cluster layout, the SDNN unit, mask-to-zero loads and the
+# switches of its TTXPU passes).  Stock Triton has none of them; dropping them compiles
+# the kernel without the XPU pass they tune or switch off.  How that could hide a
+# device failure: a kernel that fails on the XPU only with one of these passes on
+# (or off) runs here; the emulation checks results, not XPU code generation.  Only
+# options the kernel does not declare are dropped, by name (never any unknown keyword).
+# (is_use_mask_zero: kunlunxin softmax/sort/cummax/cummin/nllloss/nonzero;
+# isCLOSE_TTXPU_O_ATOMIC_SIM: vdot, whose capitalised CLOSE the pattern below does not
+# match; groups_per_cluster and is_sdnn: flag_gems main 2026-08-21's kunlunxin ops.)
+XPU_LAUNCH_OPTIONS = frozenset(
+    {
+        "buffer_size_limit",
+        "unroll_num",
+        "is_use_mask_zero",
+        "isCLOSE_TTXPU_O_ATOMIC_SIM",
+        "groups_per_cluster",
+        "is_sdnn",
+    }
+)
 _XPU_LAUNCH_OPTION_RE = re.compile(r"^is(Close|Open)[A-Z]\w*$")
 
 # Names the kunlunxin sources read from triton.language.extra.xpu.libdevice that CUDA
@@ -94,21 +113,92 @@ def patch_triton_common() -> None:
         tl_extra.xpu = xpu
 
     # --- triton 3.6.0 runtime/autotuner.py autotune(): XPU Triton accepts
-    # generate_configs="mm" (kunlunxin ops/mm.py, addmm.py, bmm.py, index_add.py call it
-    # at import).  Stock Triton has no such generator: drop the keyword.  With the
-    # configs=[] those ops pass, stock Autotuner uses one empty Config, so launching such
-    # a kernel fails (missing constexprs) instead of computing anything.
+    # generate_configs="mm" (kunlunxin ops/mm.py, addmm.py, bmm.py call it at import,
+    # with configs=[]).  It stands for FlagTree's XPU autotuner (FlagTree's xpu backend,
+    # its triton.runtime.autotuner: per-shape configs generated at launch from the
+    # key arguments M, N, K).  Stock Triton has no such generator: with configs=[] it
+    # would use one empty Config, and the kernel's heuristics fail on the missing tile
+    # keys (KeyError: 'BLOCK_K').  The stand-in (GeneratedConfigsAutotuner) gives
+    # each launch ONE config computed from its shape (generated_config): the config
+    # keys each op's kernel reads, power-of-two tiles that fit an NVIDIA GPU's shared
+    # memory in cuda mode.  How it could hide a device failure: the XPU's generator
+    # picks other tiles (and benchmarks several), so a failure specific to one of its
+    # tiles (a tile too large for the XPU's local memory, a boundary bug at its tile
+    # size) does not show here.  To stay at least as harsh at the boundaries, a
+    # dimension that is not a power of two gets a tile that does not divide it (the
+    # kernels' masked paths run), and the smallest tile is 16 (what tl.dot accepts).
     if not getattr(autotuner.autotune, "_copyfix_patched", False):
         stock_autotune = autotuner.autotune
 
         def autotune(*args, generate_configs=None, **kwargs):
-            return stock_autotune(*args, **kwargs)
+            decorator = stock_autotune(*args, **kwargs)
+            if generate_configs is None:
+                return decorator
+
+            def generated(fn):
+                tuner = decorator(fn)
+                tuner.__class__ = _generated_configs_autotuner(autotuner.Autotuner)
+                tuner.generate_configs = generate_configs
+                return tuner
+
+            return generated
 
         autotune._copyfix_patched = True
         autotune.__wrapped__ = stock_autotune
         autotuner.autotune = autotune
         triton.runtime.autotune = autotune
         triton.autotune = autotune
+
+
+# The config keys each generate_configs name's kernel reads (flag_gems 5.0.2 and main
+# 2026-08-21 kunlunxin ops/mm.py, bmm.py, addmm.py).
+GENERATED_CONFIG_KEYS = {
+    "mm": ("BLOCK_M", "BLOCK_N", "BLOCK_K"),
+    "bmm": ("TILE_M", "TILE_N", "TILE_K"),
+    "addmm": ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K"),
+}
+# Tile bounds: at least 16 (tl.dot's smallest), at most 64: two 64x64 fp32 operand
+# tiles over 3 pipeline stages take 96 KiB of shared memory (an H200 block gets 227).
+MIN_TILE, MAX_TILE = 16, 64
+
+
+def _tile(extent: int) -> int:
+    tile = 1 << max(0, int(extent) - 1).bit_length()  # next power of two
+    return max(MIN_TILE, min(MAX_TILE, tile))
+
+
+def generated_config(name: str, args: dict):
+    """The one config the generate_configs stand-in gives a launch of ``name``'s
+    kernel with arguments ``args`` (M, N, K among them)."""
+    import triton
+
+    keys = GENERATED_CONFIG_KEYS.get(name)
+    if keys is None:
+        raise NotImplementedError(
+            f"triton.autotune(generate_configs={name!r}) is FlagTree's XPU autotuner; "
+            f"copyfix.emulation generates configs for {sorted(GENERATED_CONFIG_KEYS)} only"
+        )
+    tiles = [_tile(args[dim]) for dim in ("M", "N", "K")]
+    return triton.Config(dict(zip(keys, tiles)))
+
+
+_GENERATED_AUTOTUNER = {}
+
+
+def _generated_configs_autotuner(stock):
+    """A subclass of ``stock`` (Triton's Autotuner, so FlagGems' LibEntry still
+    recognises it) whose every run takes its one config from generated_config."""
+    cls = _GENERATED_AUTOTUNER.get(stock)
+    if cls is None:
+
+        class GeneratedConfigsAutotuner(stock):
+            def run(self, *args, **kwargs):
+                given = {**dict(zip(self.arg_names, args)), **kwargs}
+                self.configs = [generated_config(self.generate_configs, given)]
+                return super().run(*args, **kwargs)
+
+        cls = _GENERATED_AUTOTUNER[stock] = GeneratedConfigsAutotuner
+    return cls
 
 
 def patch_triton_jit_run() -> None:

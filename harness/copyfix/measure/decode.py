@@ -110,28 +110,14 @@ CONFIGS = {
 # fmt: on
 VARIANTS = ("base", "composed", "composed_cache_off")
 
-# The kunlunxin ops the cpu emulation cannot run (flag-gems 5.0.2, Triton 3.6 interpreter),
-# found by running the tiny decode with every op: use_gems(exclude=...) names.
-_DEVICE_OBJECT = (
-    "enters torch_device_fn.device(<torch.device 'cpu'>): the cpu emulation maps only "
-    "a CPU tensor's device index (None) to torch's no-device index, not a device object"
-)
-_LIBDEVICE = (
-    "calls a kunlunxin libdevice function, which the interpreter rejects "
-    '("Did you forget to add @triton.jit ?")'
-)
-# fmt: off
-CPU_EXCLUDED = {
-    **{op: _DEVICE_OBJECT for op in (
-        "any", "any_dim", "argmax", "bmm", "embedding", "fill_scalar_", "full", "max",
-        "mean_dim", "mm", "ones", "sum", "sum_dim", "sum_dim_out")},
-    "pow_tensor_scalar": _LIBDEVICE,
-    "rsqrt": _LIBDEVICE,
-    "where_self": "the kunlunxin where_self asserts it is not given CPU tensors",
-    "isin": "launches a @triton.jit function outside a kernel, which the interpreter "
-            "rejects (\"Cannot call @triton.jit'd outside of the scope of a kernel\")",
-}
-# fmt: on
+# The kunlunxin ops the cpu emulation cannot run: none.  Every op the tiny decode
+# reaches runs on Triton's interpreter (flag-gems 5.0.2 and main 2026-08-21), through
+# the emulation's shims (copyfix.emulation: the CPU device object, the kunlunxin
+# libdevice stand-ins, the generate_configs stand-in, the XPU launch options, where's
+# device pick, Triton's library functions, dtype and bool arguments).  Kept as the
+# use_gems(exclude=...) names with why, should an op ever have to be left out again;
+# tests/harness/test_decode.py checks both ways that exactly these are left out.
+CPU_EXCLUDED: dict[str, str] = {}
 
 # FlagGems' own NVIDIA backend (flag-gems 5.0.2 and this composition alike; H200, torch
 # 2.11.0+cu130, Triton 3.6.0): the generic `mul` of an RMSNorm's (B, 1, H) fp32 by its
@@ -245,14 +231,23 @@ class Gems:
 
     def __init__(self, excluded: dict | None = None):
         self.excluded = dict(excluded or {})
+        self.copy_record: list | None = None  # see copy_calls_recorded
 
+    @contextlib.contextmanager
     def context(self):
         import flag_gems
 
-        return flag_gems.use_gems(exclude=sorted(self.excluded))
+        with flag_gems.use_gems(exclude=sorted(self.excluded)):
+            if self.copy_record is None or "copy_" in self.excluded:
+                yield
+            else:
+                with copy_calls_recorded(self.copy_record):
+                    yield
 
     def run(self, fn, *args, **kwargs):
         while True:
+            if self.copy_record is not None:  # (the last attempt's calls only)
+                self.copy_record.clear()
             try:
                 with self.context():
                     return fn(*args, **kwargs)
@@ -262,6 +257,57 @@ class Gems:
                     raise
                 self.excluded[op] = f"{type(error).__name__}: {str(error)[:300]}"
                 print(f"    {op} raised, excluded: {self.excluded[op]}", flush=True)
+
+
+def _copy_call_entry(dst, src) -> dict:
+    """One copy_ call for :func:`copy_calls_recorded`: the FlagGems op it came from
+    (the outermost FlagGems frame, None if none), the call site (the innermost frame
+    outside torch, FlagGems, the emulation and this recorder) and both layouts."""
+    from copyfix.emulation import faults
+
+    op = call_site = None
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if "/flag_gems/" in path:
+            op = faults._frame_label(frame)
+        elif call_site is None and not any(m in path for m in faults._MACHINERY):
+            call_site = faults._frame_label(frame)
+        frame = frame.f_back
+    layout = lambda t: (  # noqa: E731
+        faults._layout(t) if hasattr(t, "stride") else {"scalar": type(t).__name__}
+    )
+    return {"op": op, "call_site": call_site, "dst": layout(dst), "src": layout(src)}
+
+
+@contextlib.contextmanager
+def copy_calls_recorded(record: list):
+    """Inside ``flag_gems.use_gems()``: every ``aten::copy_`` that reaches FlagGems'
+    kunlunxin ``copy_`` on the device's dispatch key is listed in ``record``
+    (:func:`_copy_call_entry`) and then runs that ``copy_`` as use_gems would.
+    A Python kernel registered after use_gems' own (the dispatcher takes the most
+    recent), for the block only."""
+    import warnings
+
+    import torch
+
+    from copyfix import emulation
+
+    target = emulation.copy_module()
+    key = "CPU" if emulation.require() == "cpu" else "CUDA"
+
+    def copy_(dst, src, non_blocking=False):
+        record.append(_copy_call_entry(dst, src))
+        return target.copy_(dst, src, non_blocking)
+
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*[Oo]verrid.*")
+            lib.impl("copy_", copy_, key)
+        yield
+    finally:
+        lib._destroy()
 
 
 def with_hit_rate(counts: dict) -> dict:
@@ -485,10 +531,17 @@ def whole_model_config(torch, name: str, gems: Gems, device_type=None) -> dict:
         if device_type is None
         else emulation.xpu_device_model(device_type, record=record)
     )
+    copies: list[dict] = []
     with model_on:
         before, calls_before = cache_stats(), pointwise_calls()
-        with cache_setting(True):  # (opt-in: off unless turned on)
-            tokens, logits = gems.run(generate, torch, model, ids, mask, n, logits=True)
+        gems.copy_record = copies if device_type is not None else None
+        try:
+            with cache_setting(True):  # (opt-in: off unless turned on)
+                tokens, logits = gems.run(
+                    generate, torch, model, ids, mask, n, logits=True
+                )
+        finally:
+            gems.copy_record = None
         after, calls_after = cache_stats(), pointwise_calls()
         with cache_setting(False):
             cache_off = gems.run(generate, torch, model, ids, mask, n)
@@ -499,6 +552,10 @@ def whole_model_config(torch, name: str, gems: Gems, device_type=None) -> dict:
         row["strided_aten_fallbacks"] = len(record)
         row["fallbacks"] = _dedupe(record)
         row["tokens_equal_device_model_off"] = bool(torch.equal(tokens, model_off))
+        # every copy_ FlagGems' kunlunxin copy_ took in that run (of its last
+        # attempt, where an op raised and the run restarted), by call site
+        row["copy_calls"] = len(copies)
+        row["copy_call_sites"] = _dedupe(copies)
     return {
         **row,
         "tokens_equal_cache_off": bool(torch.equal(tokens, cache_off)),
@@ -537,21 +594,19 @@ def kunlunxin_section(names: list[str]) -> dict:
 # (`python -m copyfix.measure.decode --nvidia-cpu --every-op --configs tiny`, in that
 # environment: nvidia_cpu_env); tests/harness/test_decode.py runs it that way and checks
 # that exactly these ops were left out.
-_NV_DEVICE_OBJECT = (
-    "enters torch.cuda.device(<torch.device 'cpu'>) (\"Expected a cuda device, but got: "
-    "cpu\"): the cpu emulation maps only a CPU tensor's device index (None) to torch's "
-    "no-device index, not a device object"
+_NV_AUTOTUNE = (
+    "autotunes over several configs (FlagGems' LibTuner / Triton's Autotuner), timing "
+    "each with triton.testing.do_bench, which needs a device to time on: the "
+    "interpreter has none (\"copyfix cpu emulation: Triton's interpreter cannot "
+    'benchmark or autotune")'
 )
 # fmt: off
 CPU_NVIDIA_EXCLUDED = {
-    **{op: _NV_DEVICE_OBJECT for op in (
-        "any", "any_dim", "argmax", "bmm", "embedding", "fill_scalar_", "max",
-        "mean_dim", "mm", "ones", "sum", "sum_dim", "sum_dim_out")},
+    **{op: _NV_AUTOTUNE for op in ("any_dim", "bmm", "mm")},
     "pow_tensor_scalar": "calls libdevice pow (tl_extra_shim.pow, an extern function), "
-                         "which the interpreter rejects (\"Did you forget to add @triton.jit ?\")",
-    "where_self": "the generic where_self asserts it is not given CPU tensors",
-    "full": "a bool fill value: the interpreter cannot hold it as int1 (\"numpy data "
-            "itemsize (32 bits) exceeds dtype primitive_bitwidth (1 bits)\")",
+                         "which the interpreter rejects (\"Did you forget to add @triton.jit ?\"; "
+                         "3.6's InterpreterBuilder.create_extern_elementwise raises "
+                         "NotImplementedError)",
 }
 # fmt: on
 
