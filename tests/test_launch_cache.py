@@ -62,11 +62,12 @@ def cache_on():
 
 
 def _uncached(fn, *args, **kwargs):
+    was = launch_cache.is_enabled()
     launch_cache.set_enabled(False)
     try:
         return fn(*args, **kwargs)
     finally:
-        launch_cache.set_enabled(True)
+        launch_cache.set_enabled(was)
 
 
 def _call(fn, *args, **kwargs):

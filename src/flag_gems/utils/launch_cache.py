@@ -92,7 +92,6 @@ def _launcher_convention(version: str):
 _LAUNCHER = _launcher_convention(triton.__version__)
 _ABI_KNOWN = _LAUNCHER is not None
 _CONSTEXPRS_PASSED = bool(_LAUNCHER and _LAUNCHER[1])
-_hook_holder, _HOOK_CHAIN = None, None  # (read only where the cache can be on)
 if _LAUNCHER and _LAUNCHER[0] == "knobs":
     from triton import knobs as _knobs
 
@@ -105,6 +104,10 @@ elif _LAUNCHER:
 
     def _hook_holder():
         return _CompiledKernel
+
+    _HOOK_CHAIN = None
+else:  # the cache stays off and reads no hooks
+    _hook_holder, _HOOK_CHAIN = None, None
 
 
 _TENSOR, _PARAMETER = torch.Tensor, torch.nn.Parameter
