@@ -138,7 +138,7 @@ def tiny_pr(tmp_path, monkeypatch):
     for rel in op_files:
         shutil.copyfile(export.REPO / rel, repo / rel)
     shutil.copyfile(export.REPO / "pyproject.toml", repo / "pyproject.toml")
-    pr = export.PR("tiny", [*op_files, PR_TEST_FILE], export.COPY_PY, "b", "m")
+    pr = export.PR("tiny", [*op_files, PR_TEST_FILE], "b", "m")
     monkeypatch.setattr(export, "REPO", repo)
     monkeypatch.setattr(export, "PRS", {"tiny": pr})
     return pr

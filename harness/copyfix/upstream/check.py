@@ -47,7 +47,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 RESULTS = REPO / "results"
 DOCS = REPO / "docs" / "UPSTREAM_CHECK.md"
-PR_MD = REPO / "docs" / "PR.md"
+PR_MD = REPO / "docs" / "PR2.md"
 CLASSES = ("fixed", "regressed", "pass_both", "fail_both", "skipped")
 PLUGIN = "copyfix.upstream.plugin"
 # cpu mode: address-space cap of each pytest process (controller and each xdist worker)
