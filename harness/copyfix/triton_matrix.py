@@ -96,6 +96,7 @@ except Exception as e:
 out["triton"] = triton.__version__
 try:
     from flag_gems.utils import launch_cache
+    launch_cache.set_enabled(True)  # (opt-in: whether it can be on on this Triton)
     out["launch_cache"] = launch_cache.is_enabled()
 except ImportError:
     out["launch_cache"] = None
