@@ -52,9 +52,9 @@ def test_tiny_decode_on_the_kunlunxin_emulation_equal_with_cache_on_and_off(
     assert run["tokens_equal_cache_off"] is True
     assert run["tokens_equal_device_model_off"] is True
     # the launch cache serves the generic pointwise_dynamic only (issue 55): the
-    # kunlunxin codegen's pointwise ops run uncached, and no generic one ran here
+    # kunlunxin codegen's pointwise ops run uncached (the generic ones the kunlunxin
+    # backend borrows, on main 2026-08-21, are counted)
     assert "kunlunxin" not in run["pointwise_calls_by_codegen"]
-    assert run["pointwise_calls_by_codegen"].get("generic", 0) == 0
     # fp32 on the interpreter: the same tokens as eager torch, logits within rounding
     assert (
         run["vs_eager"]["tokens_equal"] and run["vs_eager"]["first_divergence"] is None

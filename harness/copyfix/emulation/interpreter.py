@@ -601,20 +601,24 @@ def patch_triton_interpreter(vendor: str = "kunlunxin") -> None:
     # argument gets Triton type int1 (mangle_type) but an int32 numpy array, which
     # TensorHandle rejects ("numpy data itemsize (32 bits) exceeds dtype
     # primitive_bitwidth (1 bits) for triton type int1"): a bool fill value (full,
-    # fill_ of a bool tensor, FlagGems 5.0.2 and main) cannot be launched.  Compiled
-    # Triton passes it as an i1.  Hold it as numpy bool (the interpreter's own int1
-    # storage: comparisons give np.bool_); every other argument as before.  3.6 only
-    # (the Triton matrix was checked without it).
+    # fill_ of a bool tensor, FlagGems 5.0.2 and main) cannot be launched.  A Python
+    # float argument stays a bare float, which has no `.to` (a float exponent of
+    # pow: "'float' object has no attribute 'to'").  Compiled Triton passes them as an
+    # i1 and an fp32 scalar (mangle_type: "i1", "fp32").  Hold them so, as numpy bool
+    # (the interpreter's own int1 storage: comparisons give np.bool_) and float32;
+    # every other argument as before.  3.6 only (the Triton matrix was checked
+    # without it).
     if _triton_version() >= (3, 6):
         stock_implicit_cvt = interpreter._implicit_cvt
 
         def _implicit_cvt(arg):
             if isinstance(arg, (bool, np.bool_)):
-                handle = interpreter.TensorHandle(
-                    np.array([arg], dtype=np.bool_), tl.int1
-                )
-                return tl.tensor(handle, tl.int1)
-            return stock_implicit_cvt(arg)
+                data, ty = np.array([arg], dtype=np.bool_), tl.int1
+            elif isinstance(arg, float):
+                data, ty = np.array([arg], dtype=np.float32), tl.float32
+            else:
+                return stock_implicit_cvt(arg)
+            return tl.tensor(interpreter.TensorHandle(data, ty), ty)
 
         interpreter._implicit_cvt = _implicit_cvt
 
@@ -875,8 +879,21 @@ def _provide_interpreter_driver() -> None:
     #   .get_current_stream(device)).
     # Set a stand-in through the public DriverConfig.set_active: the emulated device is
     # the CPU, index -1 as torch reports it (patch_torch_cpu), stream 0 (the CPU has
-    # one); its benchmarker raises when called (nothing can be autotuned on the
-    # interpreter).
+    # one), and its benchmarker is interpreter_benchmark (below).
+    #
+    # --- triton 3.6.0 testing.do_bench (what Triton's Autotuner times configs with
+    # when given warmup/rep, as FlagGems 5.0.2's LibTuner does: generic mm, bmm,
+    # any_dim; main 2026-08-21's generic linear, which its kunlunxin backend uses)
+    # reads driver.active.get_device_interface() for events to time on.  Stands for
+    # the device's timing of every candidate config (on the XPU: its autotuner's
+    # benchmark runs).  The interpreter has no clock worth reading, so the stand-in
+    # runs each candidate ONCE (a config that fails raises here as on the device) and
+    # reports the same time for all: the autotuner then keeps its first config, for
+    # every shape.  How it could hide a device failure: the device keeps the fastest
+    # config, whose results alone reach the model; a config that computes a wrong
+    # result without failing is seen here only if it is the first.  Both
+    # triton.testing.do_bench and the driver's benchmarker are the stand-in (cpu mode
+    # without a GPU driver only).
     from triton.runtime.driver import driver
 
     class InterpreterDriver:
@@ -887,26 +904,24 @@ def _provide_interpreter_driver() -> None:
             return 0
 
         def get_benchmarker(self):
-            def benchmarker(*args, **kwargs):
-                raise RuntimeError(
-                    "copyfix cpu emulation: Triton's interpreter cannot benchmark or autotune"
-                )
-
-            return benchmarker
-
-        def get_device_interface(self):
-            # (triton 3.6 testing.do_bench, which Triton's Autotuner and FlagGems'
-            # LibTuner time their configs with, reads it: nothing can be timed)
-            raise RuntimeError(
-                "copyfix cpu emulation: Triton's interpreter cannot benchmark or "
-                "autotune (no device interface to time configs with)"
-            )
+            return interpreter_benchmark
 
     try:  # (a GPU box has a real driver: keep it; before 3.4 driver.active is a
         # lazy proxy that raises only when an attribute is read)
         driver.active.get_current_device  # noqa: B018
     except RuntimeError:
+        import triton.testing
+
         driver.set_active(InterpreterDriver())
+        triton.testing.do_bench = interpreter_benchmark
+
+
+def interpreter_benchmark(kernel_call, *args, quantiles=None, **kwargs):
+    """The cpu emulation's benchmark: ``kernel_call()`` once, and the same time for
+    every call (0.0, or one per quantile), so that an autotuner keeps its first
+    config (see _provide_interpreter_driver)."""
+    kernel_call()
+    return [0.0 for _ in quantiles] if quantiles else 0.0
 
 
 def _register_on_cpu(flag_gems, base: str) -> None:
@@ -926,6 +941,21 @@ def _register_on_cpu(flag_gems, base: str) -> None:
 
     DeviceDetector().dispatch_key = "CPU"
     flag_gems.device = "cpu"
+    # --- flag_gems main 2026-08-21 ops/mul.py: `_DEVICE_NAME = runtime_device.name`
+    # ("cuda") at import; mul_broadcast_func sends operands whose device type is not
+    # that name to aten (`torch.ops.aten.mul.Tensor.redispatch(...)`, the host path,
+    # which fails for a Python-scalar operand).  The same mapping as above: the
+    # emulated device is the CPU, so a module's device-name constant becomes "cpu"
+    # (only a module-level `_DEVICE_NAME` equal to the detector's device name).  How it
+    # could hide a device failure: none beyond the above (host tensors are device
+    # tensors here); the host path itself is not exercised in cpu mode.
+    name = DeviceDetector().name
+    for module_name, module in list(sys.modules.items()):
+        if (
+            module_name.startswith(("flag_gems.", "_kunlunxin."))
+            and getattr(module, "_DEVICE_NAME", None) == name
+        ):
+            module._DEVICE_NAME = "cpu"
 
 
 def _patch_libentry(libentry_module) -> None:

@@ -594,15 +594,8 @@ def kunlunxin_section(names: list[str]) -> dict:
 # (`python -m copyfix.measure.decode --nvidia-cpu --every-op --configs tiny`, in that
 # environment: nvidia_cpu_env); tests/harness/test_decode.py runs it that way and checks
 # that exactly these ops were left out.
-_NV_AUTOTUNE = (
-    "autotunes over several configs (FlagGems' LibTuner / Triton's Autotuner), timing "
-    "each with triton.testing.do_bench, which needs a device to time on: the "
-    "interpreter has none (\"copyfix cpu emulation: Triton's interpreter cannot "
-    'benchmark or autotune")'
-)
 # fmt: off
 CPU_NVIDIA_EXCLUDED = {
-    **{op: _NV_AUTOTUNE for op in ("any_dim", "bmm", "mm")},
     "pow_tensor_scalar": "calls libdevice pow (tl_extra_shim.pow, an extern function), "
                          "which the interpreter rejects (\"Did you forget to add @triton.jit ?\"; "
                          "3.6's InterpreterBuilder.create_extern_elementwise raises "
