@@ -557,9 +557,15 @@ def test_xpu_libdevice_module_and_stubs():
     assert callable(libdevice.xpu_trunc_div) and callable(libdevice.rint)
     if MODE == "native":  # KunlunXIN's own Triton provides them
         return
-    assert (
-        libdevice.rint is cuda_libdevice.rint and libdevice.log2 is cuda_libdevice.log2
-    )
+    assert libdevice.rint is cuda_libdevice.rint and libdevice.tan is cuda_libdevice.tan
+    # cpu mode: the interpreter's stand-ins (copyfix.emulation.xpu_libdevice) for the
+    # names the kunlunxin ops reach; cuda mode: CUDA libdevice's own functions
+    from copyfix.emulation import xpu_libdevice
+
+    for name in xpu_libdevice.STAND_INS:
+        stand_in = getattr(xpu_libdevice, name)
+        expected = stand_in if MODE == "cpu" else getattr(cuda_libdevice, name)
+        assert getattr(libdevice, name) is expected, name
     for name in emulation.shims.XPU_ONLY_LIBDEVICE:
         with pytest.raises(NotImplementedError, match=name):
             getattr(libdevice, name)(1, 2)
@@ -574,6 +580,11 @@ def test_xpu_launch_options_are_stripped_only_when_undeclared():
         "isOpenCmpNan": True,
         "unroll_num": 2,
         "tile_size": 64,
+        # the ones the pattern misses (issue 56)
+        "is_use_mask_zero": True,
+        "isCLOSE_TTXPU_O_ATOMIC_SIM": True,
+        "groups_per_cluster": 4,
+        "is_sdnn": False,
     }
     assert emulation.shims.strip_xpu_launch_options(kernel, kwargs) == {
         "num_warps": 4,
@@ -587,6 +598,118 @@ def test_autotune_tolerates_generate_configs():
 
     decorator = triton.autotune(configs=[], generate_configs="mm", key=["M"])
     assert callable(decorator)
+
+
+def test_generate_configs_stand_in_gives_each_shape_its_tiles():
+    if MODE == "native":  # FlagTree's own autotuner generates them
+        return
+    config = emulation.shims.generated_config
+    shape = {"M": 3, "N": 100, "K": 32}
+    # the keys each op's kernel reads; powers of two in [16, 64]; a dimension that is
+    # not a power of two gets a tile that does not divide it (the masked paths run)
+    assert config("mm", shape).kwargs == {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 32}
+    assert config("bmm", shape).kwargs == {"TILE_M": 16, "TILE_N": 64, "TILE_K": 32}
+    assert config("addmm", {"M": 1, "N": 17, "K": 4096}).kwargs == {
+        "BLOCK_SIZE_M": 16,
+        "BLOCK_SIZE_N": 32,
+        "BLOCK_SIZE_K": 64,
+    }
+    with pytest.raises(NotImplementedError, match="index_add"):
+        config("index_add", shape)
+
+
+@pytest.mark.parametrize(
+    "op, fn",
+    [
+        ("mm", lambda a, b, c: torch.mm(a, b)),
+        ("bmm", lambda a, b, c: torch.bmm(a[None], b[None])[0]),
+        ("addmm", lambda a, b, c: torch.addmm(c, a, b)),
+    ],
+)
+def test_kunlunxin_matmuls_run_with_generated_configs(op, fn):
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(5, 24, generator=g), torch.randn(24, 40, generator=g)
+    c = torch.randn(40, generator=g)
+    a, b, c = a.to(DEV), b.to(DEV), c.to(DEV)
+    with flag_gems.use_gems(include=[op]):
+        got = fn(a, b, c)
+    torch.testing.assert_close(got, fn(a, b, c), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "op, fn",
+    [
+        ("rsqrt", lambda x: torch.rsqrt(x.abs() + 0.5)),
+        ("pow_tensor_scalar", lambda x: x.pow(2)),
+        ("pow_tensor_scalar", lambda x: x.abs().pow(0.5)),
+        ("argmax", lambda x: torch.argmax(x, dim=-1)),
+        ("where_self", lambda x: torch.where(x > 0, x, torch.zeros_like(x))),
+        ("full", lambda x: torch.full((3, 5), True, device=x.device)),
+        (
+            "fill_scalar_",
+            lambda x: torch.empty(7, dtype=torch.bool, device=x.device).fill_(True),
+        ),
+        ("mean_dim", lambda x: x.mean(-1, keepdim=True)),
+        (
+            "embedding",
+            lambda x: torch.nn.functional.embedding(
+                torch.tensor([[1, 3]], device=x.device), x
+            ),
+        ),
+    ],
+)
+def test_kunlunxin_ops_the_decode_reaches_match_torch(op, fn):
+    # (issue 56: each needed a shim in cpu mode: the libdevice stand-ins, dtype and
+    # bool arguments, where's device pick, the CPU device object)
+    x = torch.randn(4, 33, generator=torch.Generator().manual_seed(1)).to(DEV)
+    with flag_gems.use_gems(include=[op]):
+        got = fn(x)
+    torch.testing.assert_close(got, fn(x), rtol=1e-6, atol=1e-6)
+
+
+def test_the_cpu_device_object_enters_the_no_device_guard():
+    device = torch.device("cpu")
+    if MODE != "cpu":  # torch's own check: a cuda device is expected
+        with pytest.raises(ValueError, match="Expected a cuda device"):
+            torch.cuda.device(device)
+        return
+    from copyfix.emulation.interpreter import no_device_index
+
+    assert [no_device_index(d) for d in (None, device, "cpu", 0)] == [-1, -1, -1, 0]
+    with torch.cuda.device(device), torch.cuda._DeviceGuard(None):
+        pass
+
+
+def test_where_keeps_the_emulated_device_only_where_every_operand_is_on_it():
+    if MODE != "cpu":
+        return
+    from copyfix.emulation import interpreter
+
+    pick = interpreter._emulated_device_filter
+    cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
+    not_cpu = lambda k: k.type != "cpu"  # noqa: E731  (the where modules' predicate)
+    assert list(pick(not_cpu, [cpu, cpu])) == [cpu, cpu]
+    assert list(pick(not_cpu, [cpu, cuda])) == [cuda]
+    assert list(pick(not_cpu, [])) == []
+    assert list(pick(lambda k: False, [1, 2])) == []
+    for name in interpreter.WHERE_MODULES:
+        module = sys.modules.get(name)
+        if module is not None:
+            assert module.filter is pick
+
+
+def test_the_interpreter_benchmark_runs_each_config_once():
+    if MODE != "cpu":
+        return
+    from copyfix.emulation.interpreter import interpreter_benchmark
+
+    calls = []
+    assert interpreter_benchmark(lambda: calls.append(1), quantiles=(0.5, 0.2)) == [
+        0.0,
+        0.0,
+    ]
+    assert interpreter_benchmark(lambda: calls.append(1), warmup=25, rep=100) == 0.0
+    assert calls == [1, 1]
 
 
 def test_strided_buffer_launch_through_the_pointwise_call_path():
