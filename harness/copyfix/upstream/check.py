@@ -32,7 +32,6 @@ How it works:
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
 import re
@@ -43,6 +42,8 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+
+from copyfix import records
 
 REPO = Path(__file__).resolve().parents[3]
 RESULTS = REPO / "results"
@@ -400,8 +401,8 @@ def cmd_discover(args) -> int:
         )
         if args.log:
             shutil.copy(work / "discover.log", args.log)
-    records = data["records"]
-    reached = {n: r for n, r in records.items() if r["copy_calls"] > 0}
+    cases = data["records"]
+    reached = {n: r for n, r in cases.items() if r["copy_calls"] > 0}
     out = Path(args.out) if args.out else selection_path(label)
     selection = {
         "label": label,
@@ -417,7 +418,7 @@ def cmd_discover(args) -> int:
         ),
         "mode": args.mode,
         "quick": args.quick,
-        "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "generated": records.date(),
         "versions": data["meta"].get("versions"),
         "searched_files": targets,
         "scan": None
@@ -428,7 +429,7 @@ def cmd_discover(args) -> int:
             "wall_s": scan["meta"]["wall_s"],
             "functions_reached": len(functions),
         },
-        "cases_run": len(records),
+        "cases_run": len(cases),
         "wall_s": data["meta"]["wall_s"],
         "cases": {
             n: {"outcome": r["outcome"], "copy_calls": r["copy_calls"]}
@@ -438,7 +439,7 @@ def cmd_discover(args) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(selection, indent=1) + "\n")
     print(
-        f"discover {label}: {len(records)} cases run, {len(reached)} called the kunlunxin "
+        f"discover {label}: {len(cases)} cases run, {len(reached)} called the kunlunxin "
         f"copy/copy_ ({len(_files_of(reached))} files); wrote {out}"
     )
     return 0
@@ -514,10 +515,10 @@ def cmd_check(args) -> int:
             "limit": args.limit,
             "files": _files_of(nodeids),
             "versions": runs["overlay"]["meta"].get("versions"),
-            "machine": args.machine or _machine(),
+            "machine": args.machine or records.machine(),
             "wall_s": round(time.monotonic() - started, 1),
             "run_wall_s": {k: v["meta"]["wall_s"] for k, v in runs.items()},
-            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "date": records.date(),
             **_op_identity(),
         },
         "cases": cases,
@@ -572,30 +573,19 @@ def _brief(rec: dict | None) -> dict:
     return out
 
 
-def _machine() -> str:
-    import platform
-
-    return f"{platform.node() or 'host'}: {os.cpu_count()} CPUs, {platform.machine()}"
-
-
-def write_results(path: Path, label: str, section: dict) -> None:
+def write_results(path: Path, label: str, section: dict) -> dict:
     """Merge one base's section into the mode's results file (other bases are kept)."""
-    data = json.loads(path.read_text()) if path.is_file() else {}
-    bases = data.get("bases", {})
-    bases[label] = section
-    total = Counter()
-    for sec in bases.values():
-        for k in (*CLASSES, "cases"):
-            total[k] += sec["summary"][k]
-    data = {
-        "summary": {
-            **{k: total[k] for k in (*CLASSES, "cases")},
-            "bases": sorted(bases),
-        },
-        "bases": dict(sorted(bases.items())),
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1) + "\n")
+
+    def merge(data):
+        bases = {**data.get("bases", {}), label: section}
+        total = Counter()
+        for sec in bases.values():
+            for k in (*CLASSES, "cases"):
+                total[k] += sec["summary"][k]
+        summary = {**{k: total[k] for k in (*CLASSES, "cases")}, "bases": sorted(bases)}
+        return {"summary": summary, "bases": dict(sorted(bases.items()))}
+
+    return records.update(path, merge)
 
 
 # ------------------------------------------------------------------------------ docs

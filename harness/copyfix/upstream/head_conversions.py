@@ -14,14 +14,11 @@ package with the one shim of :data:`SHIMS`.  Both run over the dtypes and layout
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import hashlib
 import importlib
-import json
 import tempfile
 from pathlib import Path
 
-from copyfix import provenance
+from copyfix import provenance, records
 
 REPO = Path(__file__).resolve().parents[3]
 LATER = REPO / ".upstream" / "later"
@@ -54,10 +51,6 @@ PATCHES = {
     "to_copy": "src/flag_gems/ops/to.py.head.patch",
     "kunlunxin_to_copy": "src/flag_gems/runtime/backend/_kunlunxin/ops/to.py.head.patch",
 }
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def _before(name: str, module: str, work: Path):
@@ -100,10 +93,10 @@ def measure(ops=tuple(OPS)) -> dict:
             pair = {"before": _before(name, module, Path(work)), "after": after}
             pairs = gc.measure(pair, emulation.device())
             out[op] = {
-                "before_file": {"later": name, "sha256": _sha256(LATER / name)},
+                "before_file": {"later": name, "sha256": records.sha256(LATER / name)},
                 "after_file": {
                     "path": after.__file__,
-                    "sha256": _sha256(after.__file__),
+                    "sha256": records.sha256(after.__file__),
                 },
                 "patch": PATCHES[op],
                 "summary": gc.summarise(pairs),
@@ -147,11 +140,10 @@ def main(argv=None) -> int:
             **{k: {"old": o, "new": n} for k, (o, n) in SHIMS.items()},
             "torch": TORCH_SHIM,
         },
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": records.date(),
         "ops": measure(args.ops),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    records.write(args.out, record)
     return 0
 
 

@@ -44,8 +44,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as _dt
-import hashlib
 import json
 import shutil
 import subprocess
@@ -54,7 +52,8 @@ import tempfile
 from pathlib import Path
 from unittest import mock
 
-from copyfix import provenance
+from copyfix import provenance, records
+from copyfix.budget import Budget
 from copyfix.upstream import ci as upstream_ci
 
 REPO = upstream_ci.REPO
@@ -192,7 +191,7 @@ def run_cases(out: Path) -> int:
 
     module = emulation.copy_module()
     device = emulation.device()
-    records = []
+    cases = []
     strided = []
     op = torch.ops.aten.copy_.default
 
@@ -233,7 +232,7 @@ def run_cases(out: Path) -> int:
             strided_fallbacks=len(strided),
             triton_launches=len(paths.ranks),
         )
-        records.append(rec)
+        cases.append(rec)
     tle = sys.modules.get("_kunlunxin.utils.tle_copy")  # (the head trees')
     meta = {
         "mode": mode,
@@ -242,7 +241,7 @@ def run_cases(out: Path) -> int:
         "tle_copy_module": getattr(tle, "__file__", None),
         "tle_copy_available": tle.tle_dma_available() if tle else None,
     }
-    section = {"meta": meta, "cases": records}
+    section = {"meta": meta, "cases": cases}
     if tle is not None:  # which copies reach tle_copy, with TLE stood in
         from copyfix.upstream import tle_standin
 
@@ -258,10 +257,6 @@ def run_cases(out: Path) -> int:
 # ------------------------------------------------------------------------ driver
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def later_files(folder: Path) -> dict:
     """The later files' records; SystemExit(2) naming what is missing."""
     recs = {}
@@ -272,7 +267,7 @@ def later_files(folder: Path) -> dict:
                 f"{path} missing: read {upstream_path} of flagos-ai/FlagGems ({source}) "
                 f"and save it there"
             )
-        sha = _sha256(path)
+        sha = records.sha256(path)
         recs[name] = {
             "upstream_path": upstream_path,
             "source": source,
@@ -293,7 +288,7 @@ def make_tree(checkout: Path, work: Path, variant: str, later: Path) -> Path:
     if variant == "ours-on-head":
         adapt(tree)  # (named: ADAPTATIONS)
     if variant in ("ours", "ours-on-head"):
-        export.apply_pr(tree, "kunlunxin")
+        export.apply_pr(tree, "alias-snapshot")
     return tree
 
 
@@ -359,7 +354,7 @@ def run_variant(tree: Path, variant: str, args, work: Path) -> dict:
             f"fallbacks {rec['fallbacks']} {rec.get('error', '')[:70]}",
             flush=True,
         )
-    budget = upstream_ci.Budget(args.timeout, None)
+    budget = Budget(timeout=args.timeout)
     section["test_copy"] = [
         upstream_ci.run_test_copy(
             tree,
@@ -410,7 +405,7 @@ def main(argv=None) -> int:
                 "usage: copyfix.upstream.later <FlagGems checkout>"
             )
         checkout = args.checkout.resolve()
-        export.check_preimage(checkout, export.PRS["kunlunxin"])
+        export.check_preimage(checkout, export.PRS["alias-snapshot"])
         files = later_files(args.later)
     except upstream_ci.InputError as exc:
         print(exc, file=sys.stderr)
@@ -419,17 +414,17 @@ def main(argv=None) -> int:
     data = {
         "what": "upstream's later tle_copy-era kunlunxin copy.py in place of ours; "
         "tle unavailable, device model on (copyfix.upstream.later)",
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": upstream_ci.upstream_check._machine(),
+        "date": records.date(),
+        "machine": records.machine(),
         "mode": args.mode,
-        "checkout_copy_py_sha256": _sha256(checkout / export.COPY_PY),
+        "checkout_copy_py_sha256": records.sha256(checkout / export.COPY_PY),
         # $COPYFIX_OP_COMMIT first: a copied tree's git HEAD is not what it runs
         "op_commit": provenance.op_commit(
             export.COPY_PY, export.STRIDED_COPY_PY, f"{export.COPY_PY}.head.patch"
         ),
-        "op_sha256": _sha256(REPO / export.COPY_PY),
+        "op_sha256": records.sha256(REPO / export.COPY_PY),
         "op_files_sha256": {
-            rel: _sha256(REPO / rel)
+            rel: records.sha256(REPO / rel)
             for rel in (export.STRIDED_COPY_PY, f"{export.COPY_PY}.head.patch")
         },
         "later_files": files,
@@ -440,7 +435,7 @@ def main(argv=None) -> int:
         for variant in args.variants:
             tree = make_tree(checkout, work, variant, args.later)
             data["variants"][variant] = run_variant(tree, variant, args, work)
-    results.write_text(json.dumps(data, indent=1) + "\n")
+    records.write(results, data)
     print(f"[upstream-later] wrote {results}")
     return 0
 

@@ -1,0 +1,215 @@
+"""The checkout, the tools and the environment the runs get: every check before anything
+is copied or run, and the copies themselves (harness)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from copyfix.upstream import check as upstream_check
+
+REPO = upstream_check.REPO
+RESULTS = upstream_check.RESULTS
+DOCS = upstream_check.DOCS
+PLUGIN = upstream_check.PLUGIN
+TEST_OP = "tools/test-op.sh"
+TEST_COPY = "tests/test_copy.py"
+BEGIN, END = upstream_check.CI_BLOCK_BEGIN, upstream_check.CI_BLOCK_END
+# what test-op.sh and pytest need from a checkout (everything else is left behind)
+COPY_DIRS = ("src", "tests", "benchmark", "tools")
+COPY_TOP_FILES = (
+    "pytest.ini",
+    "conftest.py",
+    "pyproject.toml",
+    "setup.py",
+    "setup.cfg",
+    "tox.ini",
+    ".coveragerc",
+)
+COVERAGE_SPEC = "coverage==7.10.7"
+PATH_PREPEND_ENV = "UPSTREAM_CI_PATH_PREPEND"
+DEFAULT_TIMEOUT = 1800  # seconds per test-op.sh invocation / pytest run
+
+
+class InputError(SystemExit):
+    """Bad input: exit code 2, ``str()`` is the one-line reason."""
+
+    def __init__(self, message: str):
+        super().__init__(2)
+        self.message = message.splitlines()[0] if message else "bad input"
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def validate(args) -> dict:
+    """Every check before anything is copied or run; raises InputError (exit 2)."""
+    from copyfix import emulation, export
+
+    checkout = Path(args.checkout).expanduser()
+    if not checkout.exists():
+        raise InputError(f"no such checkout: {checkout}")
+    if not checkout.is_dir():
+        raise InputError(f"not a directory: {checkout}")
+    try:
+        checkout = upstream_check.check_checkout(checkout)
+    except SystemExit as e:
+        raise InputError(str(e.code)) from None
+    if not (checkout / TEST_OP).is_file():
+        raise InputError(
+            f"{checkout} has no {TEST_OP} (upstream's per-PR test script), so there is "
+            "no per-PR CI to run"
+        )
+    names = list(args.pr or export.PRS)
+    unknown = [n for n in names if n not in export.PRS]
+    if unknown:
+        raise InputError(
+            f"unknown PR {', '.join(unknown)} (known: {', '.join(export.PRS)})"
+        )
+    prs = {}
+    for name in names:
+        pr = export.PRS[name]
+        missing = [f for f in pr.files if not (export.REPO / f).is_file()]
+        missing += [r for r in pr.patched if not pr.patch_file(r).is_file()]
+        if missing:
+            raise InputError(f"PR {name}: {missing[0]} is missing in {export.REPO}")
+        try:
+            export.check_preimage(checkout, pr)
+        except SystemExit as e:
+            raise InputError(str(e.code)) from None
+        files = list(pr.changed)  # what CHANGED_FILES names: patched files too
+        if args.file:
+            files = [f for f in files if f in args.file]
+        prs[name] = files
+    if args.file:
+        chosen = {f for fs in prs.values() for f in fs}
+        stray = [f for f in args.file if f not in chosen]
+        if stray:
+            raise InputError(f"--file {stray[0]} is not a file of PR {', '.join(prs)}")
+    if args.mode in ("cpu", "cuda"):
+        base = emulation.flag_gems_base(checkout / "src" / "flag_gems")
+        if base is None:
+            raise InputError(
+                f"copyfix.emulation does not know the FlagGems base in {checkout} "
+                f"(it knows {', '.join(emulation.FLAGGEMS_BASES)}, by file hashes)"
+            )
+    if args.test_copy != "none" and not (checkout / TEST_COPY).is_file():
+        raise InputError(f"{checkout} has no {TEST_COPY} (pass --test-copy none)")
+    results = (
+        Path(args.results)
+        if args.results
+        else RESULTS / f"upstream_ci_{args.mode}.json"
+    )
+    if results.is_dir():
+        raise InputError(f"--results {results} is a directory")
+    if results.is_file():
+        try:
+            json.loads(results.read_text())
+        except ValueError:
+            raise InputError(f"{results} is not JSON; move it away first") from None
+    path = run_path()
+    tools = {}
+    for tool in ("coverage", "pytest"):
+        found = shutil.which(tool, path=path)
+        if found is None and importlib.util.find_spec(tool) is None:
+            hint = (
+                f"pip install {COVERAGE_SPEC}"
+                if tool == "coverage"
+                else "pip install pytest"
+            )
+            raise InputError(
+                f"{tool} is neither on PATH nor importable (test-op.sh runs `{tool}`): {hint}"
+            )
+        tools[tool] = found
+    return {
+        "checkout": checkout,
+        "label": args.label or upstream_check.checkout_label(checkout),
+        "prs": prs,
+        "results": results,
+        "tools": tools,
+    }
+
+
+def run_path() -> str:
+    """PATH for the runs: this interpreter's bin folder, $UPSTREAM_CI_PATH_PREPEND, PATH."""
+    extra = [p for p in os.environ.get(PATH_PREPEND_ENV, "").split(os.pathsep) if p]
+    rest = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    return os.pathsep.join([os.path.dirname(sys.executable), *extra, *rest])
+
+
+def make_shims(folder: Path, tools: dict) -> dict:
+    """``coverage``/``pytest`` scripts running this interpreter's module, for a tool that
+    is importable here but has no script on PATH (e.g. installed with ``--target``)."""
+    made = {}
+    for tool, found in tools.items():
+        if found is None:
+            folder.mkdir(parents=True, exist_ok=True)
+            script = folder / tool
+            script.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m {tool} "$@"\n')
+            script.chmod(0o755)
+            made[tool] = str(script)
+    return made
+
+
+def run_env(tree: Path, mode: str, out: Path | None, shims: Path | None) -> dict:
+    env = dict(os.environ)
+    inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(tree / "src"), str(REPO / "harness"), *inherited]
+    )
+    path = run_path()
+    env["PATH"] = f"{shims}{os.pathsep}{path}" if shims else path
+    for name in (
+        "TRITON_INTERPRET",  # the plugin's activation decides
+        "COPYFIX_UPSTREAM_SELECT",
+        "COPYFIX_UPSTREAM_PER_TEST",
+        "COPYFIX_UPSTREAM_OUT",
+        "PYTEST_ADDOPTS",
+        "CHANGED_FILES",
+    ):
+        env.pop(name, None)
+    env.update(
+        PYTEST_ADDOPTS=f"-p {PLUGIN}",
+        COPYFIX_EMULATION=mode,
+        COPYFIX_UPSTREAM_FAULT="1",
+        COLUMNS="400",
+    )
+    if mode == "cpu":  # the per-process address-space cap of upstream-check's cpu mode
+        env["COPYFIX_UPSTREAM_MEM_GB"] = str(upstream_check.MEM_GB_PER_PROCESS)
+    if out is not None:
+        env["COPYFIX_UPSTREAM_OUT"] = str(out)
+    return env
+
+
+def _git(*args: str) -> subprocess.CompletedProcess | None:
+    try:
+        return subprocess.run(
+            ["git", "-C", str(REPO), *args], capture_output=True, text=True
+        )
+    except OSError:  # no git (a tree that travelled without it)
+        return None
+
+
+def github_sha() -> str:
+    """This repository's HEAD (test-op.sh only needs 7+ characters)."""
+    done = _git("rev-parse", "HEAD")
+    sha = done.stdout.strip() if done and done.returncode == 0 else ""
+    return sha if len(sha) >= 7 else "0000000upstreamci"
+
+
+def copy_checkout(checkout: Path, dest: Path) -> Path:
+    """What test-op.sh and pytest need from the checkout, under ``dest``."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".git")
+    dest.mkdir(parents=True)
+    for name in COPY_DIRS:
+        if (checkout / name).is_dir():
+            shutil.copytree(checkout / name, dest / name, ignore=ignore, symlinks=True)
+    for name in COPY_TOP_FILES:
+        if (checkout / name).is_file():
+            shutil.copy2(checkout / name, dest / name)
+    return dest

@@ -1,0 +1,350 @@
+"""The runs: test-op.sh once per PR file, upstream's tests/test_copy.py with and
+without the PR, and the base's section of the results from them (harness)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from copyfix import records
+from copyfix.budget import Budget
+from copyfix.upstream import check as upstream_check
+from copyfix.upstream.ci.environment import (
+    PATH_PREPEND_ENV,
+    PLUGIN,
+    REPO,
+    TEST_COPY,
+    TEST_OP,
+    _git,
+    copy_checkout,
+    github_sha,
+    make_shims,
+    run_env,
+)
+from copyfix.upstream.ci.parsing import (
+    _clean_tail,
+    _run_record,
+    reason_class,
+    registration_errors,
+    split_runs,
+    sum_runs,
+)
+
+NOT_RUN = "not run: the --budget for this base was spent"
+
+
+def _call(cmd: list[str], cwd: Path, env: dict, log: Path, timeout: float) -> tuple:
+    """Run ``cmd`` (its own process group), output to ``log``; (rc, seconds, timed_out)."""
+    started = time.monotonic()
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            rc = proc.wait(timeout=timeout or None)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rc, timed_out = 124, True
+    return rc, round(time.monotonic() - started, 1), timed_out
+
+
+def _meta(out: Path, tree: Path) -> dict:
+    """What the plugin recorded about the flag_gems that was imported (last session)."""
+    if not out.is_file():
+        return {}
+    meta = json.loads(out.read_text())["meta"]
+    for key in ("flag_gems", "copy_module"):
+        p = Path(meta.get(key) or "")
+        if p.is_absolute() and p.is_relative_to(tree):
+            meta[key] = f"<copy>/{p.relative_to(tree)}"
+    return meta
+
+
+def run_test_op(tree, pr, rel, *, mode, sha, shims, budget, work, log_dir, n) -> dict:
+    out = work / f"invocation-{n}.json"
+    env = run_env(tree, mode, out, shims)
+    env.update(CHANGED_FILES=rel, GITHUB_SHA=sha)
+    cmd = ["bash", "-x", TEST_OP, pr]
+    command = f"CHANGED_FILES={rel} GITHUB_SHA={sha} {shlex.join(cmd)}"
+    timeout = budget.limit()
+    if timeout == 0:
+        return {
+            "pr": pr,
+            "file": rel,
+            "command": command,
+            "rc": None,
+            **dict.fromkeys(("passed", "failed", "skipped", "errors", "seconds"), 0),
+            "pytest_runs": [],
+            "note": NOT_RUN,
+        }
+    log = work / f"invocation-{n}.log"
+    print(f"[upstream-ci] {pr}: CHANGED_FILES={rel} bash -x {TEST_OP} {pr}", flush=True)
+    rc, seconds, timed_out = _call(cmd, tree, env, log, timeout)
+    text = log.read_text(errors="replace")
+    if log_dir:
+        shutil.copy(log, Path(log_dir) / f"test-op-{pr}-{n}.log")
+    runs = split_runs(text)
+    rec = {
+        "pr": pr,
+        "file": rel,
+        "command": command,
+        "rc": rc,
+        **sum_runs(runs),
+        "seconds": seconds,
+        "timed_out": timed_out,
+        "pytest_runs": runs,
+    }
+    if not runs:
+        rec["note"] = (
+            "test-op.sh ran no pytest for this file: it runs only changed test (and, on "
+            "main, benchmark) files"
+        )
+    if timed_out:
+        rec["note"] = f"killed after {timeout:.0f} s (--timeout / --budget)"
+    meta = _meta(out, tree)
+    if meta:  # the plugin's record of the last pytest session: what was imported
+        rec["imported"] = {k: meta.get(k) for k in ("flag_gems", "copy_module")}
+        rec["versions"] = meta.get("versions")
+    rec["log_tail"] = _clean_tail(text)
+    print(
+        f"[upstream-ci]   rc {rc}, {rec['passed']} passed, {rec['failed']} failed, "
+        f"{rec['skipped']} skipped, {rec['errors']} errors; {len(runs)} pytest runs; {seconds} s",
+        flush=True,
+    )
+    return rec
+
+
+def test_copy_commands(which: str) -> list[list[str]]:
+    quick = ["pytest", "-s", TEST_COPY, "--ref=cpu", "--quick"]
+    if which == "quick":
+        return [quick]
+    if which == "full":
+        return [["pytest", "-s", TEST_COPY], quick]
+    return []
+
+
+def run_test_copy(tree, cmd, *, pr, mode, shims, budget, work, log_dir, n) -> dict:
+    timeout = budget.limit()
+    if timeout == 0:
+        return {
+            "pr": pr,
+            "command": shlex.join(cmd),
+            "rc": None,
+            **dict.fromkeys(("passed", "failed", "skipped", "errors", "seconds"), 0),
+            "failures": [],
+            "failure_classes": {},
+            "note": NOT_RUN,
+        }
+    out = work / f"test-copy-{n}.json"
+    env = run_env(tree, mode, out, shims)
+    log = work / f"test-copy-{n}.log"
+    print(
+        f"[upstream-ci] test_copy ({pr or 'without PR'}): {shlex.join(cmd)}", flush=True
+    )
+    rc, seconds, timed_out = _call(cmd, tree, env, log, timeout)
+    text = log.read_text(errors="replace")
+    if log_dir:
+        shutil.copy(log, Path(log_dir) / f"test-copy-{pr or 'without'}-{n}.log")
+    rec = {"pr": pr, **_run_record(shlex.join(cmd), text), "rc": rc}
+    rec.update(seconds=seconds, timed_out=timed_out)
+    if timed_out:
+        rec["note"] = f"killed after {timeout:.0f} s (--timeout / --budget)"
+    if out.is_file():  # the plugin's records: whole failure reasons, the copy calls
+        data = json.loads(out.read_text())
+        bad = {
+            nodeid: r
+            for nodeid, r in sorted(data["records"].items())
+            if r["outcome"] in ("failed", "error")
+        }
+        rec["failures"] = [
+            {
+                "nodeid": nodeid,
+                "outcome": r["outcome"],
+                "reason": (
+                    (r.get("reason") or "").splitlines()[0][:300]
+                    if r.get("reason")
+                    else ""
+                ),
+                "reason_class": reason_class(r.get("reason")),
+            }
+            for nodeid, r in bad.items()
+        ]
+        rec["copy_calls"] = sum(
+            r.get("copy_calls", 0) for r in data["records"].values()
+        )
+        rec["meta"] = _meta(out, tree)
+    rec["failure_classes"] = _classes(rec["failures"])
+    rec["registration_errors"] = registration_errors(text)
+    rec["log_tail"] = _clean_tail(text)
+    print(
+        f"[upstream-ci]   rc {rc}, {rec['passed']} passed, {rec['failed']} failed, "
+        f"{rec['skipped']} skipped; {rec['failure_classes'] or 'no failures'}; {seconds} s",
+        flush=True,
+    )
+    return rec
+
+
+def _classes(failures: list[dict]) -> dict:
+    out: dict[str, int] = {}
+    for f in failures:
+        out[f["reason_class"]] = out.get(f["reason_class"], 0) + 1
+    return dict(sorted(out.items()))
+
+
+def _pr_files(names) -> dict:
+    """sha256 of each PR file as run, and whether it differs from the committed one."""
+    from copyfix import export
+
+    out = {}
+    for name in names:
+        pr = export.PRS[name]
+        for rel in pr.kept_files():
+            path = export.REPO / rel
+            done = _git("status", "--porcelain", "--", rel)
+            ok = done is not None and done.returncode == 0
+            out[rel] = {
+                "sha256": records.sha256(path),
+                "uncommitted": bool(done.stdout.strip()) if ok else None,
+            }
+    return out
+
+
+def _tool_version(env: dict, tool: str) -> str | None:
+    done = subprocess.run(
+        [tool, "--version"], env=env, capture_output=True, text=True, timeout=120
+    )
+    text = (done.stdout + done.stderr).strip()
+    m = re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
+    return m.group(1) if m else None
+
+
+def run_base(v: dict, args) -> dict:
+    """Every invocation for one checkout; the base's section of the results."""
+    from copyfix import export
+
+    checkout, prs = v["checkout"], v["prs"]
+    sha = github_sha()
+    started = time.monotonic()
+    if args.log_dir:
+        Path(args.log_dir).mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="copyfix-upstream-ci-"))
+    invocations, with_pr, without_pr = [], [], []
+    n = 0
+    try:
+        shims = work / "shims"
+        made = make_shims(shims, v["tools"])
+        shims = shims if made else None
+        probe_env = run_env(work, args.mode, None, shims)
+        versions = {
+            "python": platform.python_version(),
+            "coverage": _tool_version(probe_env, "coverage"),
+        }
+        budget = Budget(args.budget, timeout=args.timeout)
+        common = dict(mode=args.mode, shims=shims, budget=budget, work=work)
+        for name, files in prs.items():
+            tree = copy_checkout(checkout, work / f"pr-{name}")
+            applied = export.apply_stack(tree, name)
+            for other in getattr(args, "with_prs", None) or ():
+                if other != name:  # composed with it, as a merged tree would hold both
+                    applied += export.apply_pr(tree, other)
+            print(
+                f"[upstream-ci] {v['label']}: PR {name} applied: {', '.join(applied)}"
+            )
+            for rel in files:
+                n += 1
+                invocations.append(
+                    run_test_op(
+                        tree, name, rel, sha=sha, log_dir=args.log_dir, n=n, **common
+                    )
+                )
+            for cmd in test_copy_commands(args.test_copy):
+                n += 1
+                with_pr.append(
+                    run_test_copy(
+                        tree, cmd, pr=name, log_dir=args.log_dir, n=n, **common
+                    )
+                )
+        if args.test_copy != "none":
+            tree = copy_checkout(checkout, work / "pristine")
+            for cmd in test_copy_commands(args.test_copy):
+                n += 1
+                without_pr.append(
+                    run_test_copy(
+                        tree, cmd, pr=None, log_dir=args.log_dir, n=n, **common
+                    )
+                )
+        for rec in with_pr + without_pr + invocations:
+            found = rec.get("meta", {}).get("versions") or rec.get("versions")
+            if found:
+                versions.update(found)
+                break
+        else:
+            versions.update(_probe_versions(work, args.mode, shims))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    ident = upstream_check._op_identity()
+    section = {
+        "base": v["label"],
+        "checkout": str(checkout),
+        "date": records.date(),
+        "mode": args.mode,
+        "machine": args.machine or records.machine(),
+        "op_commit": ident["op_commit"],
+        "op_sha256": ident["op_sha256"],
+        "versions": versions,
+        "prs": {name: files for name, files in prs.items()},
+        "composed_with": list(getattr(args, "with_prs", None) or []),
+        "pr_files": _pr_files(prs),
+        "test_op_sha256": records.sha256(checkout / TEST_OP),
+        "tools": {**v["tools"], **{k: f"shim: {sys.executable} -m {k}" for k in made}},
+        "env": {
+            "PYTHONPATH": f"<copy>/src:{REPO / 'harness'}[:inherited PYTHONPATH]",
+            "PYTEST_ADDOPTS": f"-p {PLUGIN}",
+            "COPYFIX_EMULATION": args.mode,
+            "COPYFIX_UPSTREAM_FAULT": "1",
+            "PATH": f"{os.path.dirname(sys.executable)}:${PATH_PREPEND_ENV}:$PATH",
+            "GITHUB_SHA": sha,
+        },
+        "invocations": invocations,
+        "test_copy": {
+            "which": args.test_copy,
+            "without_pr": without_pr,
+            "with_pr": with_pr,
+        },
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+    return section
+
+
+def _probe_versions(work: Path, mode: str, shims) -> dict:
+    """copyfix.emulation's versions from a child in the runs' environment (no test_copy run)."""
+    tree = (
+        work / "pristine" if (work / "pristine").is_dir() else next(work.glob("pr-*"))
+    )
+    env = run_env(tree, mode, None, shims)
+    code = (
+        "import json; from copyfix import emulation; emulation.activate(); "
+        "print('VERSIONS=' + json.dumps(emulation.versions()))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True
+    )
+    m = re.search(r"^VERSIONS=(.*)$", done.stdout, re.M)
+    return json.loads(m.group(1)) if m else {"probe_error": done.stderr[-300:]}
