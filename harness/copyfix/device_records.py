@@ -10,24 +10,9 @@ An existing FILE is continued: a checkout run again replaces that checkout's run
 import argparse
 import json
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
-
-def junit_counts(path: Path) -> dict:
-    """tests, failures, errors, skipped, passed, seconds and the failed cases' names."""
-    suite = ET.parse(path).getroot()
-    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
-    n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
-    failed = [
-        c.get("name")
-        for c in suite.iter("testcase")
-        if c.find("failure") is not None or c.find("error") is not None
-    ]
-    n["passed"] = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
-    n["seconds"] = round(float(suite.get("time", 0)), 1)
-    n["failed_cases"] = failed[:40]
-    return n
+from copyfix import records
 
 
 def collect(logs: Path, out: Path, sha_key: str) -> dict:
@@ -43,7 +28,7 @@ def collect(logs: Path, out: Path, sha_key: str) -> dict:
         if label not in rerun:
             runs[label] = {sha_key: sha}
             rerun.add(label)
-        runs[label][run] = junit_counts(path)
+        runs[label][run] = records.junit_counts(path)
     return runs
 
 
@@ -57,7 +42,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     runs = collect(args.logs, args.out, args.sha_key)
     record = {"machine": args.machine, **json.loads(args.extra), "checkouts": runs}
-    args.out.write_text(json.dumps(record, indent=1))
+    records.write(args.out, record)
     for label, r in runs.items():
         counts = {
             k: (v["passed"], v["failures"] + v["errors"], v["skipped"])

@@ -157,17 +157,21 @@ def parse_summary(text: str) -> dict | None:
 
 def junit_counts(path: Path) -> dict:
     """tests, failures, errors, skipped, passed, seconds and the failed cases' names
-    of a pytest junit file."""
-    suite = ET.parse(path).getroot()
-    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
-    n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    of a pytest junit file (summed over its test suites)."""
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    n = {
+        k: sum(int(s.get(k, 0)) for s in suites)
+        for k in ("tests", "failures", "errors", "skipped")
+    }
     failed = [
         c.get("name")
-        for c in suite.iter("testcase")
+        for s in suites
+        for c in s.iter("testcase")
         if c.find("failure") is not None or c.find("error") is not None
     ]
     n["passed"] = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
-    n["seconds"] = round(float(suite.get("time", 0)), 1)
+    n["seconds"] = round(sum(float(s.get("time", 0)) for s in suites), 1)
     n["failed_cases"] = failed[:40]
     return n
 

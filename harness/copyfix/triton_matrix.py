@@ -22,16 +22,14 @@ TRITON_RECORD=results/triton_matrix.json``) merges it into PATH, one record per 
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from copyfix import provenance
+from copyfix import records
 
 REPO = Path(__file__).resolve().parents[2]
 PR_TESTS = (
@@ -145,13 +143,9 @@ def _counts(junit: Path) -> dict:
     """passed/failed/skipped of a pytest junit file (errors count as failed)."""
     if not junit.is_file():
         return dict(NO_TESTS)
-    suites = ET.parse(junit).getroot()
-    suites = [suites] if suites.tag == "testsuite" else list(suites)
-    total = {k: sum(int(x.get(k, 0)) for x in suites) for k in
-             ("tests", "failures", "errors", "skipped")}  # fmt: skip
-    failed = total["failures"] + total["errors"]
-    passed = total["tests"] - failed - total["skipped"]
-    return {"passed": passed, "failed": failed, "skipped": total["skipped"]}
+    n = records.junit_counts(junit)
+    failed = n["failures"] + n["errors"]
+    return {"passed": n["passed"], "failed": failed, "skipped": n["skipped"]}
 
 
 def record(version, imports, counts, reason) -> dict:
@@ -163,26 +157,26 @@ def record(version, imports, counts, reason) -> dict:
         "cache_active": bool(composed.get("launch_cache")),
         **counts,
         "reason": reason,
-        "op_commit": provenance.op_commit(*OP_FILES),
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "op_commit": records.op_commit(*OP_FILES),
+        "date": records.date(),
     }
 
 
 def _write(rec: dict, path: Path | None) -> None:
-    own = REPO / "build" / "triton_matrix" / f"{rec['triton']}.json"
-    own.parent.mkdir(parents=True, exist_ok=True)
-    own.write_text(json.dumps(rec, indent=1) + "\n")
+    records.write(REPO / "build" / "triton_matrix" / f"{rec['triton']}.json", rec)
     if path is not None:
-        data = json.loads(path.read_text()) if path.is_file() else {}
-        runs = {r["triton"]: r for r in data.get("runs", [])}
-        runs[rec["triton"]] = rec
-        order = sorted(runs, key=lambda v: tuple(int(x) for x in v.split(".")))
-        data = {
-            "what": "the Triton matrix (make test-triton): the cpu emulation on each "
-            "Triton FlagGems' backends pin; the main run (make test) is 3.6.0",
-            "runs": [runs[v] for v in order],
-        }
-        path.write_text(json.dumps(data, indent=1) + "\n")
+
+        def change(data):
+            runs = {r["triton"]: r for r in data.get("runs", [])}
+            runs[rec["triton"]] = rec
+            order = sorted(runs, key=lambda v: tuple(int(x) for x in v.split(".")))
+            return {
+                "what": "the Triton matrix (make test-triton): the cpu emulation on each "
+                "Triton FlagGems' backends pin; the main run (make test) is 3.6.0",
+                "runs": [runs[v] for v in order],
+            }
+
+        records.update(path, change)
 
 
 def main(argv=None) -> int:

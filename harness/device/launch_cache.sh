@@ -59,19 +59,8 @@ for step in "$@"; do
       (cd $tree && GEMS_VENDOR=nvidia PYTHONPATH=/tmp/site:$tree/src:$REPO/harness timeout "$(left)" \
         python3 -m pytest -q -n 16 -p no:cacheprovider -p copyfix.upstream.xdist --quick $(for f in $files; do echo tests/$f; done) \
         > "$log.pytest" 2>&1; echo "rc=$?" >> "$log.pytest")
-      python3 - "$OUT/launch_cache_upstream.json" "$base" "$log.pytest" "$files" <<'PY'
-import json, re, sys
-from pathlib import Path
-out, base, log, files = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), sys.argv[4].split()
-text = log.read_text()
-last = [l for l in text.splitlines() if re.search(r"\d+ (passed|failed)", l)]
-counts = {k: int(m.group(1)) if (m := re.search(rf"(\d+) {k}", last[-1] if last else "")) else 0
-          for k in ("passed", "failed", "skipped", "error")}
-data = json.loads(out.read_text()) if out.is_file() else {}
-data[{"5.0.2": "v5.0.2", "main": "main-2026-08-21"}[base]] = {**counts, "files": files, "summary": last[-1] if last else text[-400:]}
-out.write_text(json.dumps(data, indent=1) + "\n")
-print(base, counts)
-PY
+      key=v$base; [ "$base" = main ] && key=main-2026-08-21
+      python3 -m copyfix.records pytest-summary "$OUT/launch_cache_upstream.json" "$key" "$log.pytest" --files $files
       ;;
     suite) COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m pytest -q -n 16 -p no:cacheprovider -rfE $SUITE_ARGS > "$log" 2>&1; tail -3 "$log" ;;
   esac

@@ -188,7 +188,8 @@ def test_starts_summary_reads_nvidias_median_against_issue_31():
 def test_conversion_records_keep_the_cells_that_are_not_torchs_and_their_sums():
     # results/ keeps each conversion matrix's summary (every cell counted) and only the
     # cells that are not torch's: what is left must add up to the summary
-    from copyfix.measure.generic_conversions import compact_pairs, dumps
+    from copyfix.measure.generic_conversions import compact_pairs
+    from copyfix.records import dumps
 
     files = sorted(RESULTS.glob("*_conversions_*.json"))
     assert files

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import importlib
 import importlib.util
 import json
@@ -49,7 +48,9 @@ from pathlib import Path
 
 import torch
 
-from copyfix import provenance
+from copyfix import provenance, records
+from copyfix.measure import probe_conversions
+from copyfix.records import sha256
 
 REPO = Path(__file__).resolve().parents[3]
 OP_RELPATH = "ops/copy.py"
@@ -157,8 +158,6 @@ def _f64(bits):
 def inputs(name: str) -> torch.Tensor:
     """Edge values of source dtype ``name`` (CPU): integer extremes, rounding ties of
     every narrower float, +-0, +-inf, NaN, subnormals, overflow thresholds."""
-    from copyfix.measure import probe_conversions
-
     if name in probe_conversions.DTYPES:
         return probe_conversions.inputs(name)
     dtype = DTYPES[name]
@@ -230,10 +229,6 @@ def _load(path: Path, name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def sha256(path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def generic_ops(op: str = "copy_") -> dict:
@@ -450,32 +445,6 @@ def compact_pairs(pairs: dict) -> dict:
     return out
 
 
-def dumps(data: dict) -> str:
-    """``data`` as indented JSON, but each entry of any ``pairs`` mapping on one line."""
-    entries = []
-
-    def mark(x):
-        if isinstance(x, list):
-            return [mark(v) for v in x]
-        if not isinstance(x, dict):
-            return x
-        out = {}
-        for k, v in x.items():
-            if k == "pairs" and isinstance(v, dict):
-                out[k] = {}
-                for pair, entry in v.items():
-                    out[k][pair] = f"@pair{len(entries)}@"
-                    entries.append(entry)
-            else:
-                out[k] = mark(v)
-        return out
-
-    text = json.dumps(mark(data), indent=1)
-    for i, entry in enumerate(entries):
-        text = text.replace(f'"@pair{i}@"', json.dumps(entry), 1)
-    return text + "\n"
-
-
 # -------------------------------------------------- compiled conversions (no GPU)
 
 # Triton's names of the torch dtypes (pointer signatures)
@@ -619,31 +588,33 @@ def setup(mode: str, op: str = "copy_") -> str:
 
 
 def merge(path: Path, label: str, section: dict, key: str | None = None) -> dict:
-    """The file's data with ``section`` as base ``label`` (at its top level, or under
-    ``key``), and the summary summed over the bases there."""
-    data = json.loads(path.read_text()) if path.is_file() else {}
-    part = data.get(key, {}) if key else data
-    bases = {**part.get("bases", {}), label: section}
-    summary = {
-        "before_differ": 0,
-        "after_differ": 0,
-        "before_errors": 0,
-        "after_errors": 0,
-        "torch_errors": 0,
-    }
-    for sec in bases.values():
-        for name in summary:
-            summary[name] += sec["summary"].get(name, 0)
-    summary["bases"] = sorted(bases)
-    merged = {"summary": summary, "bases": dict(sorted(bases.items()))}
-    commits = {sec.get("op_commit") for sec in bases.values()}
-    if section.get("op") not in (None, "copy_"):  # (copy_'s files keep their shape)
-        merged = {"op": section["op"], "op_commit": section.get("op_commit"), **merged}
-        if len(commits) > 1:
-            merged["op_commits"] = {b: sec.get("op_commit") for b, sec in bases.items()}
-    if key:
-        return {**data, key: merged}
-    return {**{k: v for k, v in data.items() if k not in merged}, **merged}
+    """Write ``section`` as base ``label`` into the record at ``path`` (at its top level,
+    or under ``key``), the summary summed over the bases there; returns the record."""
+
+    def change(data):
+        part = data.get(key, {}) if key else data
+        bases = {**part.get("bases", {}), label: section}
+        names = ("before_differ", "after_differ", "before_errors", "after_errors")
+        summary = dict.fromkeys((*names, "torch_errors"), 0)
+        for sec in bases.values():
+            for name in summary:
+                summary[name] += sec["summary"].get(name, 0)
+        summary["bases"] = sorted(bases)
+        merged = {"summary": summary, "bases": dict(sorted(bases.items()))}
+        commits = {sec.get("op_commit") for sec in bases.values()}
+        if section.get("op") not in (None, "copy_"):  # (copy_'s files keep their shape)
+            merged = {
+                "op": section["op"],
+                "op_commit": section.get("op_commit"),
+                **merged,
+            }
+            if len(commits) > 1:
+                merged["op_commits"] = {b: s.get("op_commit") for b, s in bases.items()}
+        if key:
+            return {**data, key: merged}
+        return {**{k: v for k, v in data.items() if k not in merged}, **merged}
+
+    return records.update(path, change)
 
 
 def _start_jobs(args, mode: str, names: list[str]) -> list:
@@ -770,7 +741,7 @@ def main(argv=None) -> int:
         "mode": "cpu (Triton interpreter, copyfix cpu emulation)" if mode == "cpu"
         else "cuda (compiled Triton, GEMS_VENDOR=nvidia, no emulation)" if vendor == "nvidia"
         else "cuda (compiled Triton, GEMS_VENDOR=kunlunxin, copyfix cuda emulation)",
-        "machine": args.machine or f"{platform.node() or 'host'}: {os.cpu_count()} CPUs, {platform.machine()}",
+        "machine": args.machine or records.machine(),
         "versions": _versions(device),
         "op_commit": _op_commit(args.op),
         "base": ops["base"],
@@ -787,9 +758,7 @@ def main(argv=None) -> int:
         "related": related,
         "pairs": pairs if args.full else compact_pairs(pairs),
     }  # fmt: skip
-    data = merge(args.out, args.label or ops["base"], section, args.section)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(dumps(data))
+    merge(args.out, args.label or ops["base"], section, args.section)
     s = section["summary"]
     print(
         f"{mode} base {args.label or ops['base']}: {len(pairs)} pairs x {len(LAYOUTS)} layouts; "

@@ -49,7 +49,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from copyfix import provenance
+from copyfix import provenance, records
 
 REPO = Path(__file__).resolve().parents[3]
 SIDE = 64
@@ -253,7 +253,7 @@ def measure(backend: str, calls: int, rounds: int, profile: bool = False):
     after = functools.partial(cache, True)
     off = functools.partial(cache, False)
 
-    records = []
+    rows = []
     for name, fn in cases.items():
         ref = fn().clone()
         results = {}
@@ -282,7 +282,7 @@ def measure(backend: str, calls: int, rounds: int, profile: bool = False):
              "after": (after, fn), "cache_off": (off, fn)},
             rounds=rounds, calls=calls,
         )  # fmt: skip
-        records.append({"name": name, "backend": backend,
+        rows.append({"name": name, "backend": backend,
                         "eager_us": row["eager"], "before_us": row["before"],
                         "after_us": row["after"], "cache_off_us": row["cache_off"],
                         "bit_exact_vs_eager": exact, "after_hits": hit,
@@ -295,15 +295,15 @@ def measure(backend: str, calls: int, rounds: int, profile: bool = False):
               f"  exact {exact}", flush=True)  # fmt: skip
     used = sum(1 for t in pd_twins if t.overloads)
     if backend == "nvidia" and on_device:
-        records.append(_floor(torch, timer, device))
-        print(f"floor {records[-1]}", flush=True)
+        rows.append(_floor(torch, timer, device))
+        print(f"floor {rows[-1]}", flush=True)
     elif on_device:
-        records.append(_copy_floor(torch, timer, device, backend))
-        print(f"floor_copy {records[-1]}", flush=True)
+        rows.append(_copy_floor(torch, timer, device, backend))
+        print(f"floor_copy {rows[-1]}", flush=True)
     machine = (
         torch.cuda.get_device_name() if on_device else platform.processor() or "cpu"
     )
-    return records, {
+    return rows, {
         "machine": f"{machine}, {os.cpu_count()} CPU cores",
         # the CPUs the process was allowed (a pinned run: taskset -c N)
         "cpus_allowed": sorted(os.sched_getaffinity(0)),
@@ -461,21 +461,23 @@ def main(argv=None) -> int:
     )
     args = parser.parse_args(argv)
     if args.processes > 1:
-        records, run = _in_processes(args)
+        rows, run = _in_processes(args)
     else:
-        records, run = measure(args.backend, args.calls, args.rounds, args.profile)
-    data = json.loads(args.out.read_text()) if args.out.is_file() else {}
-    keep = [r for r in data.get("ops", []) if r["backend"] != args.backend]
+        rows, run = measure(args.backend, args.calls, args.rounds, args.profile)
     commit = _op_commit()
-    if data.get("op_commit") != commit:  # another op's starts do not carry over
-        data.pop("starts", None)
-    data["op_commit"] = commit
-    data["ops"] = keep + records
-    data.setdefault("runs", {})[args.backend] = run
-    data["summary"] = summarize(data["ops"])
-    data["bounds"] = bounds(data)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=1) + "\n")
+
+    def change(data):
+        keep = [r for r in data.get("ops", []) if r["backend"] != args.backend]
+        if data.get("op_commit") != commit:  # another op's starts do not carry over
+            data.pop("starts", None)
+        data["op_commit"] = commit
+        data["ops"] = keep + rows
+        data.setdefault("runs", {})[args.backend] = run
+        data["summary"] = summarize(data["ops"])
+        data["bounds"] = bounds(data)
+        return data
+
+    data = records.update(args.out, change)
     print(json.dumps(data["summary"], indent=1))
     return 0
 

@@ -36,6 +36,7 @@ import statistics
 import time
 from pathlib import Path
 
+from copyfix import records
 from copyfix.measure.launch_cost import _op_commit, bounds
 
 
@@ -261,20 +262,20 @@ def main(argv=None) -> int:
         progress=lambda m: print(time.strftime("%T"), m, flush=True),
         profile=args.profile,
     )
-    record["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    record["date"] = records.date()
+    records.write(args.out, record)
     if args.section_into:
-        into = args.section_into
-        data = json.loads(into.read_text()) if into.is_file() else {}
-        data["misses"] = misses_section(record)
-        data["misses_note"] = (
+        note = (
             f"{Path(args.out).name} of the same machine start ({record['date']}, op "
             f"{record['op_commit']}): cache on (cached_us) vs off (uncached_us), "
             "alternating rounds; bound: each ratio <= 1.10"
         )
-        data["bounds"] = bounds(data)
-        into.write_text(json.dumps(data, indent=1) + "\n")
+
+        def change(data):
+            data = {**data, "misses": misses_section(record), "misses_note": note}
+            return {**data, "bounds": bounds(data)}
+
+        records.update(args.section_into, change)
     return 0
 
 

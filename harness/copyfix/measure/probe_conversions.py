@@ -32,9 +32,10 @@ import math
 import os
 import platform
 import sys
-from pathlib import Path
 
 import torch
+
+from copyfix import records
 
 DTYPES = {
     "float16": torch.float16,
@@ -407,9 +408,7 @@ def main(argv=None) -> int:
         "inputs": {name: to_bits(inputs(name)) for name in DTYPES},
         "pairs": probe(device),
     }
-    from copyfix.measure.generic_conversions import dumps  # (one pair a line)
-
-    Path(args.out).write_text(dumps(record))
+    records.write(args.out, record)
     differ = [
         p
         for p, e in record["pairs"].items()

@@ -59,19 +59,3 @@ class Timer:
                     times[name].append((time.perf_counter() - t0) / calls * 1e6)
                     sync()
         return {name: statistics.median(t) for name, t in times.items()}
-
-
-def run_info(torch, mode: str, rounds: int, calls: int) -> dict:
-    """What a host-cost record names beside its figures: mode, device, versions and
-    the rounds of ``calls`` calls each column ran."""
-    import triton
-
-    on_device = torch.cuda.is_available()
-    return {
-        "mode": mode,
-        "device": torch.cuda.get_device_name() if on_device else "cpu",
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "rounds": rounds,
-        "calls_per_round": calls,
-    }
