@@ -444,6 +444,20 @@ def bounds(data: dict) -> dict:
     return out
 
 
+def with_run(data: dict, backend: str, rows: list, run: dict, commit) -> dict:
+    """The record ``data`` with ``backend``'s rows and run info replaced by a new
+    run's (on op ``commit``), its summary and bounds computed again."""
+    keep = [r for r in data.get("ops", []) if r["backend"] != backend]
+    if data.get("op_commit") != commit:  # another op's starts do not carry over
+        data.pop("starts", None)
+    data["op_commit"] = commit
+    data["ops"] = keep + rows
+    data.setdefault("runs", {})[backend] = run
+    data["summary"] = summarize(data["ops"])
+    data["bounds"] = bounds(data)
+    return data
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="copyfix.measure.launch_cost")
     parser.add_argument("backend", choices=["nvidia", *KUNLUNXIN_BACKENDS])
@@ -465,19 +479,9 @@ def main(argv=None) -> int:
     else:
         rows, run = measure(args.backend, args.calls, args.rounds, args.profile)
     commit = _op_commit()
-
-    def change(data):
-        keep = [r for r in data.get("ops", []) if r["backend"] != args.backend]
-        if data.get("op_commit") != commit:  # another op's starts do not carry over
-            data.pop("starts", None)
-        data["op_commit"] = commit
-        data["ops"] = keep + rows
-        data.setdefault("runs", {})[args.backend] = run
-        data["summary"] = summarize(data["ops"])
-        data["bounds"] = bounds(data)
-        return data
-
-    data = records.update(args.out, change)
+    data = records.update(
+        args.out, lambda data: with_run(data, args.backend, rows, run, commit)
+    )
     print(json.dumps(data["summary"], indent=1))
     return 0
 

@@ -222,7 +222,7 @@ def measure(
 
 
 def misses_section(record: dict) -> dict:
-    """Issue 31's ``misses`` section of ``launch_cache_h200.json`` from a record of
+    """The ``misses`` section of ``launch_cache_h200.json`` from a record of
     :func:`measure` (same process): ``all_new`` (every call a first sighting),
     ``cyclic_over_cap`` (the round robin over more signatures than the cap) and
     ``first_call`` (the first call of a signature, timed alone with a sync each), each
@@ -240,6 +240,18 @@ def misses_section(record: dict) -> dict:
         name: {"cached_us": on, "uncached_us": off, "ratio": round(on / off, 3)}
         for name, (on, off) in pairs.items()
     }
+
+
+def with_misses(data: dict, record: dict, name: str) -> dict:
+    """launch_cost's record ``data`` with the ``misses`` section of ``record`` (the
+    record ``name`` of the same machine start), a note on it, and the bounds again."""
+    note = (
+        f"{name} of the same machine start ({record['date']}, op "
+        f"{record['op_commit']}): cache on (cached_us) vs off (uncached_us), "
+        "alternating rounds; bound: each ratio <= 1.10"
+    )
+    data = {**data, "misses": misses_section(record), "misses_note": note}
+    return {**data, "bounds": bounds(data)}
 
 
 def main(argv=None) -> int:
@@ -265,17 +277,9 @@ def main(argv=None) -> int:
     record["date"] = records.date()
     records.write(args.out, record)
     if args.section_into:
-        note = (
-            f"{Path(args.out).name} of the same machine start ({record['date']}, op "
-            f"{record['op_commit']}): cache on (cached_us) vs off (uncached_us), "
-            "alternating rounds; bound: each ratio <= 1.10"
+        records.update(
+            args.section_into, lambda data: with_misses(data, record, args.out.name)
         )
-
-        def change(data):
-            data = {**data, "misses": misses_section(record), "misses_note": note}
-            return {**data, "bounds": bounds(data)}
-
-        records.update(args.section_into, change)
     return 0
 
 

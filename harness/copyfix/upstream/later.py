@@ -52,7 +52,7 @@ import tempfile
 from pathlib import Path
 from unittest import mock
 
-from copyfix import provenance, records
+from copyfix import records
 from copyfix.budget import Budget
 from copyfix.upstream import ci as upstream_ci
 
@@ -414,14 +414,14 @@ def main(argv=None) -> int:
     data = {
         "what": "upstream's later tle_copy-era kunlunxin copy.py in place of ours; "
         "tle unavailable, device model on (copyfix.upstream.later)",
-        "date": records.date(),
-        "machine": records.machine(),
-        "mode": args.mode,
-        "checkout_copy_py_sha256": records.sha256(checkout / export.COPY_PY),
         # $COPYFIX_OP_COMMIT first: a copied tree's git HEAD is not what it runs
-        "op_commit": provenance.op_commit(
-            export.COPY_PY, export.STRIDED_COPY_PY, f"{export.COPY_PY}.head.patch"
+        **records.stamp(
+            export.COPY_PY,
+            export.STRIDED_COPY_PY,
+            f"{export.COPY_PY}.head.patch",
+            mode=args.mode,
         ),
+        "checkout_copy_py_sha256": records.sha256(checkout / export.COPY_PY),
         "op_sha256": records.sha256(REPO / export.COPY_PY),
         "op_files_sha256": {
             rel: records.sha256(REPO / rel)

@@ -299,15 +299,11 @@ def run_base(v: dict, args) -> dict:
             versions.update(_probe_versions(work, args.mode, shims))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    ident = upstream_check._op_identity()
     section = {
         "base": v["label"],
         "checkout": str(checkout),
-        "date": records.date(),
-        "mode": args.mode,
-        "machine": args.machine or records.machine(),
-        "op_commit": ident["op_commit"],
-        "op_sha256": ident["op_sha256"],
+        **records.stamp(mode=args.mode, machine=args.machine),
+        **upstream_check._op_identity(),
         "versions": versions,
         "prs": {name: files for name, files in prs.items()},
         "composed_with": list(getattr(args, "with_prs", None) or []),
