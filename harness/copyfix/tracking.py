@@ -14,6 +14,7 @@ OP_KERNELS = (  # the op's pointwise_dynamic kernels (since 0b98bf2)
     "_to_bf16_kernel",
     "_float_to_uint8_kernel",
     "_negate_kernel",
+    "_through_fp32_kernel",
 )
 # ... and those of older ops (847c5a4, whose measurements bench can still repeat, and
 # the op before the toolchain model: _int_to_bf16_kernel)

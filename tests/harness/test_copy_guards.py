@@ -33,7 +33,6 @@ from unittest import mock
 import hypothesis
 import pytest
 import torch
-import triton
 
 import flag_gems
 from copyfix import tracking
@@ -531,11 +530,10 @@ def test_copy_direct_call(layout, src_dtype, dst_dtype):
 
 
 @pytest.mark.copy
-@pytest.mark.parametrize("layout", ["transpose", "sdpa_mask", "dst_step_slice"])
+@pytest.mark.parametrize("layout", ["transpose", "sdpa_mask"])
 def test_copy_functional(layout):
-    # aten::copy copies src into clone_preserve_strides(template): the template's
-    # whole storage cloned (one flat launch, skipped where src overwrites all of a
-    # dense template), its strides and offset kept
+    # the functional copy (a direct call: FlagGems registers no aten::copy) copies
+    # src into a tensor of the template's size and strides
     case = Case(layout, torch.float32, torch.bfloat16, seed=2)
     before = case.dst_base.clone()
     with track_paths() as paths:
@@ -550,99 +548,6 @@ def test_copy_functional(layout):
     whole = out.as_strided(case.dst_base.shape, case.dst_base.stride(), 0)
     assert_bit_exact(whole, case.reference(), case.name, exact_nans=False)
     assert_bit_exact(case.dev_dst_base, before, "the template is not written")
-
-
-# templates with internal overlap (a broadcast dim of size > 1)
-_OVERLAPPING_TEMPLATES = {
-    "expand_rows": lambda device: torch.zeros(3, device=device).expand(2, 3),
-    "expand_cols": lambda device: torch.zeros(3, 1, device=device).expand(3, 4),
-    "expand_transposed": lambda device: (
-        torch.zeros(4, 1, device=device).expand(4, 3).t()
-    ),
-}
-
-
-@pytest.mark.copy
-@pytest.mark.parametrize("template", list(_OVERLAPPING_TEMPLATES))
-def test_copy_functional_overlapping_template(template):
-    # aten::copy cannot keep such a template's strides (the copy into it would
-    # raise): it clones it dense (no storage clone: one launch, src into the fresh
-    # tensor); these 2-D ones come out contiguous, as aten's do
-    make = _OVERLAPPING_TEMPLATES[template]
-    cpu_template = make("cpu")
-    src = torch.arange(float(cpu_template.numel())).view(cpu_template.shape)
-    ref = torch.ops.aten.copy.default(cpu_template, src)
-    with track_paths() as paths:
-        out = copy_module().copy(make(DEVICE), src.to(DEVICE))
-    assert paths.fallbacks == 0 and len(paths.launches) == 1
-    assert out.is_contiguous() and out.stride() == ref.stride()
-    assert_bit_exact(out, ref, template)
-
-
-@pytest.mark.copy
-def test_copy_functional_overlapping_template_keeps_dim_order():
-    # aten::copy clones such a template with preserve_format: dense strides in the
-    # template's dim order, (4, 3, 5) template strides (1, 4, 0) -> (5, 20, 1)
-    cpu_template = torch.zeros(3, 4, 1).expand(3, 4, 5).permute(1, 0, 2)
-    src = torch.randn(cpu_template.shape)
-    ref = torch.ops.aten.copy.default(cpu_template, src)
-    assert ref.stride() == (5, 20, 1)
-    template = torch.zeros(3, 4, 1, device=DEVICE).expand(3, 4, 5).permute(1, 0, 2)
-    with track_paths() as paths:
-        out = copy_module().copy(template, src.to(DEVICE))
-    assert paths.fallbacks == 0 and paths.launches == [("copy_slice", 3)]
-    assert out.stride() == ref.stride()
-    assert_bit_exact(out, ref, "values")
-
-
-# (template base shape, template view): the storage aten::copy clones whole
-_VIEW_TEMPLATES = {
-    "step_slice": ((4, 6), lambda t: t[1:, ::2]),  # storage offset 6
-    "contiguous_offset": ((8,), lambda t: t[2:6]),
-    "empty_at_end": ((5,), lambda t: t[5:]),  # no element, offset 5
-    "empty_storage": ((0, 3), lambda t: t),  # aten: empty_strided, offset 0
-    "zero_dim": ((6,), lambda t: t[4]),
-    "negated_transpose": ((3, 4), lambda t: torch._neg_view(t).t()),
-}
-
-
-@pytest.mark.copy
-@pytest.mark.parametrize("template", list(_VIEW_TEMPLATES))
-def test_copy_functional_keeps_template_storage(template):
-    # clone_preserve_strides: the result is the template's whole storage, cloned
-    # (negation resolved), viewed with its strides and storage offset
-    base_shape, view = _VIEW_TEMPLATES[template]
-    cpu_base = torch.randn(base_shape)
-    src = torch.randn(view(cpu_base).shape)
-    ref = torch.ops.aten.copy.default(view(cpu_base), src)
-    base = cpu_base.to(DEVICE)
-    out = copy_module().copy(view(base), src.to(DEVICE))
-    assert (out.shape, out.stride()) == (ref.shape, ref.stride()), template
-    assert out.storage_offset() == ref.storage_offset(), template
-    assert out.untyped_storage().nbytes() == ref.untyped_storage().nbytes()
-    whole = (ref.untyped_storage().nbytes() // 4,)
-    assert_bit_exact(
-        out.as_strided(whole, (1,), 0), ref.as_strided(whole, (1,), 0), template
-    )
-    assert_bit_exact(base, cpu_base, "the template is not written")
-
-
-@pytest.mark.copy
-def test_copy_functional_clones_storage_under_a_self_overlapping_view():
-    # a template that overlaps itself where at::has_internal_overlap cannot tell
-    # (TooHard) spans 3 of its storage's 4 elements although it has 4: the clone
-    # is needed for the 4th (src agrees where the view overlaps itself)
-    cpu_base = torch.randn(4)
-    src = torch.tensor([[1.0, 2.0], [2.0, 3.0]])
-    ref = torch.ops.aten.copy.default(cpu_base.as_strided((2, 2), (1, 1)), src)
-    base = cpu_base.to(DEVICE)
-    with track_paths() as paths:
-        out = copy_module().copy(base.as_strided((2, 2), (1, 1)), src.to(DEVICE))
-    assert paths.launches == [("_copy_kernel", 1), ("copy_slice", 2)]
-    assert out.stride() == ref.stride() == (1, 1)
-    whole = out.as_strided((4,), (1,), 0)
-    assert_bit_exact(whole, ref.as_strided((4,), (1,), 0), "storage")
-    assert_bit_exact(whole, torch.cat([torch.arange(1.0, 4.0), cpu_base[3:]]), "4th")
 
 
 @pytest.mark.copy
@@ -1734,91 +1639,6 @@ def test_copy_alias_snapshot_is_taken_when_must_read_src_first(case):
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.copy_
-@pytest.mark.parametrize(
-    "max_numel, launches",
-    [
-        (30, [("copy_slice", 2)]),  # 30 elements: one launch
-        (29, [("copy_slice", 2)] * 2),  # rows [0, 2) and [2, 5)
-        (6, [("copy_slice", 2)] * 5),  # one row each
-        (5, [("copy_slice", 1)] * 10),  # a row as rank 1, in halves
-    ],
-    ids=["30", "29", "6", "5"],
-)
-def test_copy_splits_past_max_numel(monkeypatch, max_numel, launches):
-    # a (5, 6) destination: one launch up to _MAX_NUMEL elements, else halves of
-    # its outer dim; a single row that still does not fit loses that dim
-    monkeypatch.setattr(strided_module(), "_MAX_NUMEL", max_numel)
-    src = torch.randn(6, 5)
-    dst = torch.zeros(5, 6, dtype=torch.bfloat16, device=DEVICE)
-    with track_paths() as paths:
-        gems_copy_(dst, src.to(DEVICE).t())
-    assert paths.fallbacks == 0 and paths.launches == launches
-    assert_bit_exact(dst, src.t().to(torch.bfloat16), f"_MAX_NUMEL={max_numel}")
-
-
-def test_max_numel_is_the_most_one_1d_tile_launch_can_index():
-    # KunlunXIN's 1-D tile launcher (the scatter-slice config has no auto grid) runs
-    # 12 tiles of next_power_of_2(cdiv(numel, 12)) lanes with int32 offsets:
-    # _MAX_NUMEL is the largest numel whose last lane offset int32 still holds
-    mod = strided_module()
-    codegen = sys.modules[mod.pointwise_dynamic.__module__]
-    with open(codegen.__file__) as f:
-        assert "num_tiles = 12 # XPU BLOCK_NUM" in f.read()
-    assert mod.config_.prefer_1d_tile and not mod.config_.kunlunAutoGrid
-
-    def last_offset(numel):
-        return 12 * triton.next_power_of_2(triton.cdiv(numel, 12)) - 1
-
-    assert last_offset(mod._MAX_NUMEL) <= 2**31 - 1 < last_offset(mod._MAX_NUMEL + 1)
-
-
-@pytest.mark.copy_
-@pytest.mark.parametrize("side", ["dst", "src"])
-def test_copy_splits_what_int32_cannot_index(monkeypatch, side):
-    # can_use_int32_index is asked about both tensors: either one not indexable
-    # with int32 (here: more than 24 elements, for the tensor of one side's dtype)
-    # splits the copy, the conversion and the negation alike
-    mod = strided_module()
-    dtype = {"dst": torch.float32, "src": torch.float16}[side]
-    stock = mod.can_use_int32_index
-    asked = []
-
-    def fake(t):
-        asked.append(t.dtype)
-        return stock(t) and not (t.dtype is dtype and t.numel() > 24)
-
-    monkeypatch.setattr(mod, "can_use_int32_index", fake)
-    monkeypatch.setattr(mod, "_INT32_MAX", -1)  # (every storage asks the helper)
-    case = Case("permute4d", torch.float16, torch.float32, seed=4, neg="src")
-    with track_paths() as paths:
-        gems_copy_(case.dst, case.src)
-    assert paths.fallbacks == 0
-    # (5, 3, 6, 4) -> rows of (3, 6, 4) (72) -> (1, 6, 4) blocks of 24
-    copies = [("copy_slice", 3)] * 15
-    if side == "dst":
-        assert paths.launches == copies + [("_negate_kernel", 3)] * 15
-    else:  # the negation reads and writes dst only
-        assert paths.launches == copies + [("_negate_kernel", 4)]
-    assert torch.float16 in asked and torch.float32 in asked
-    case.check()
-
-
-@pytest.mark.copy_
-def test_copy_snapshot_is_split_too(monkeypatch):
-    mod = strided_module()
-    monkeypatch.setattr(mod, "_MAX_NUMEL", 8)
-    cpu = torch.randn(5, 9)
-    x = cpu.to(DEVICE, copy=True)
-    with track_paths() as paths:
-        gems_copy_(x[:, 1:], x[:, :-1])
-    ref = cpu.clone()
-    ref[:, 1:] = cpu[:, :-1].clone()
-    # snapshot, then the copy: one (1, 8) row at a time
-    assert paths.launches == [("copy_slice", 2)] * 10
-    assert_bit_exact(x, ref, "shifted alias, split")
-
-
 # ---------------------------------------------------------------------------
 # SDPA end to end: an expanded mask materialised by copy_ and fed to attention
 # ---------------------------------------------------------------------------
@@ -2026,64 +1846,6 @@ def test_runs_flat_is_the_device_models_flat_loop():
     assert runs_flat(dst, src)
 
 
-@pytest.mark.native_shortcut
-@pytest.mark.parametrize("dtype", TRITON_DTYPES, ids=SHORT.get)
-def test_small_same_dtype_contiguous_copies_go_native(dtype):
-    """The fork's copy.py hands a copy of one dtype between two contiguous tensors of
-    one shape, below 2**14 elements, to native (a flat loop there, cheaper than a
-    launch); anything else small, and the same copy at 2**14 elements, takes Triton.
-    Each comes out as torch's copy, and nothing strided reaches native (device model)."""
-    from copyfix.emulation import faults
-
-    limit = copy_module()._SMALL_SAME_DTYPE_NUMEL
-    other = torch.float32 if dtype is not torch.float32 else torch.int32
-    gen = torch.Generator().manual_seed(0)
-
-    def case(shape, src_dtype=dtype, view=_same, neg=False):
-        src = make_values(shape, src_dtype, dtype, gen)
-        dst = make_values(view(src).shape, dtype, dtype, gen)
-        return src, dst, view, neg and dtype is not torch.bool  # (bool: no negation)
-
-    native = {
-        "2d": case((64, 33)),
-        "0d": case(()),
-        "last_below_limit": case((limit - 1,)),
-        "neg_src": case((8, 9), neg=True),
-    }
-    triton_ = {
-        "at_limit": case((limit,)),
-        "conversion": case((64, 33), other),
-        "transposed": case((33, 64), view=lambda t: t.t()),
-        "step_slice": case((40, 60), view=lambda t: t[::2, 1::3]),
-    }
-    with faults.xpu_device_model():
-        for name, (src, dst, view, neg) in {**native, **triton_}.items():
-            want = dst.clone()
-            src_view = torch._neg_view(view(src)) if neg else view(src)
-            torch_copy_(want, src_view)
-            d_dst = dst.to(DEVICE, copy=True)
-            d_src = view(src.to(DEVICE, copy=True))
-            d_src = torch._neg_view(d_src) if neg else d_src
-            with track_paths() as paths:
-                assert gems_copy_(d_dst, d_src) is d_dst
-            if name in native:
-                assert (paths.fallbacks, paths.launches) == (1, []), name
-            else:
-                assert paths.fallbacks == 0 and paths.launches, name
-            exact = src.dtype is dtype and not neg  # (NaN payloads: one dtype, no neg)
-            assert_bit_exact(d_dst, want, f"{SHORT[dtype]} {name}", exact_nans=exact)
-
-
-def test_indexable_asks_past_two_gib_of_storage():
-    """A storage past 2**31 - 1 bytes may hold elements int32 cannot index: the fast
-    bound stops there (a meta tensor: no memory)."""
-    indexable = strided_module()._indexable
-    assert indexable(torch.empty(2**31 - 1, dtype=torch.uint8, device="meta"))
-    assert not indexable(torch.empty(2**31 + 64, dtype=torch.uint8, device="meta"))
-    # the first byte past the bound: element 2**31 of a uint8 view is past int32
-    assert not indexable(torch.empty(2**31 + 1, dtype=torch.uint8, device="meta"))
-
-
 def _general_path_calls(monkeypatch):
     """Count triton_copy_'s general path: every call of expand_checked."""
     mod, calls = strided_module(), []
@@ -2114,88 +1876,3 @@ GENERAL_CASES = {  # each lacks one of the above
     "dst_transposed": ("dst_transposed", ""),
     "dst_step_slice": ("dst_step_slice", ""),
 }
-
-
-@pytest.mark.parametrize(
-    "dtype", [torch.float32, torch.bool, torch.int64, torch.float16]
-)
-def test_plain_copies_take_the_fast_path(monkeypatch, dtype):
-    """triton_copy_'s fast path (_copied_plain) takes exactly the copies its docstring
-    names, with the launch the general path makes (kernel and rank), bit-exact; the
-    rest, conversions included, take the general path."""
-    general = _general_path_calls(monkeypatch)
-    other = torch.int32 if dtype is not torch.int32 else torch.float32
-    cases = {n: (lay, neg, dtype) for n, (lay, neg) in PLAIN_CASES.items()}
-    cases |= {n: (lay, neg, dtype) for n, (lay, neg) in GENERAL_CASES.items()}
-    cases["conversion"] = ("transpose", "", other)
-    for name, (layout, neg, src_dtype) in cases.items():
-        if dtype is torch.bool and neg:
-            continue  # (bool has no negated view)
-        case = Case(layout, src_dtype, dtype, seed=7, neg=neg)
-        general.clear()
-        with track_paths() as paths:
-            gems_copy_(case.dst, case.src)
-        assert paths.fallbacks == 0, name
-        assert paths.launches == expected_launches(case.dst, case.src), name
-        assert len(general) == (name not in PLAIN_CASES), name
-        case.check()
-
-
-@pytest.mark.parametrize("bound", ["_MAX_NUMEL", "_INT32_MAX"])
-def test_plain_copy_fast_path_bounds(monkeypatch, bound):
-    """At its bound (numel, the larger storage's bytes) a plain copy still takes the
-    fast path with one launch; one below it, the general path, which splits it."""
-    mod = strided_module()
-    general = _general_path_calls(monkeypatch)
-    wide = torch.randn(9, 8)
-    for slack, fast in ((0, True), (-1, False)):
-        src = wide.to(DEVICE)[:, :6].t()  # (its storage: 72 float32, dst's 54)
-        dst = torch.zeros(6, 9, device=DEVICE)
-        limit = dst.numel() if bound == "_MAX_NUMEL" else 72 * 4
-        monkeypatch.setattr(mod, bound, limit + slack)
-        if bound == "_INT32_MAX" and not fast:  # (the general path asks the helper)
-            monkeypatch.setattr(mod, "can_use_int32_index", lambda t: t.shape[0] < 2)
-        general.clear()
-        with track_paths() as paths:
-            gems_copy_(dst, src)
-        assert len(general) == (not fast), (bound, slack)
-        assert (len(paths.launches) == 1) == fast, (bound, slack, paths.launches)
-        assert_bit_exact(dst, wide[:, :6].t(), f"{bound}{slack:+d}")
-
-
-def test_plain_copy_fast_path_leaves_out_empty_alias_meta_and_other_devices(
-    monkeypatch,
-):
-    """An empty copy, an aliasing one, a meta one and one across devices take the
-    general path (empty: nothing launched; meta, across devices: native)."""
-    kx, general = copy_module(), _general_path_calls(monkeypatch)
-    fast = strided_module()._copied_plain
-    cases = {
-        "empty": (
-            torch.empty(0, 4, device=DEVICE),
-            torch.empty(4, 0, device=DEVICE).t(),
-        ),
-        "meta": (
-            torch.empty(4, 4, device="meta"),
-            torch.empty(4, 4, device="meta").t(),
-        ),
-    }
-    x = torch.arange(16.0, device=DEVICE).view(4, 4)
-    for name, (dst, src) in cases.items():
-        assert not fast(dst, src), name
-    assert not fast(x, torch.empty(4, 4, device="meta").t())  # (src on another device)
-    one = torch.zeros(1, 1, device=DEVICE)  # (the smallest copy it takes: one element)
-    assert fast(one, x[1:2, 3:4]) and one.item() == 7.0
-    with track_paths() as paths:
-        kx.copy_(*cases["empty"])
-        kx.copy_(*cases["meta"])
-    # (the empty copy reaches expand_checked; the meta one falls back before it)
-    assert (paths.launches, paths.fallbacks, general) == ([], 1, [(0, 4)])
-    general.clear()
-    ref = x.cpu()
-    ref[1:, :] = ref.t()[:3, :].clone()
-    with track_paths() as paths:
-        gems_copy_(x[1:, :], x.t()[:3, :])  # (aliasing: read whole first, then copied)
-    assert paths.fallbacks == 0 and len(general) == 1
-    assert paths.launches == [("copy_slice", 2), ("_copy_kernel", 2)]
-    assert_bit_exact(x, ref, "aliasing transpose")

@@ -525,24 +525,26 @@ def test_the_base_is_read_from_the_flag_gems_that_is_imported(tmp_path):
 
 
 def test_a_checkout_with_pr3_applied_is_still_its_base(tmp_path):
-    """upstream-ci applies PR 3 to a checkout: its patched pointwise_dynamic is read as
-    the pre-image with the overlay's patch taken out (and nothing else is)."""
+    """upstream-ci applies the launch-cache PR to a checkout (the generic
+    pointwise_dynamic): the base is still recognised, and an edit of a file it reads
+    is not."""
     import flag_gems
     from copyfix.compose import apply_patch
 
     package = Path(flag_gems.__file__).parent
     fake = tmp_path / "flag_gems"
-    for rel in emulation.FLAGGEMS_BASES[emulation.BASE]:
-        (fake / rel).parent.mkdir(parents=True, exist_ok=True)
-        kept = package / "_overlay_preimages" / rel
-        shutil.copy(kept if kept.is_file() else package / rel, fake / rel)
-    rel = "runtime/backend/_kunlunxin/utils/pointwise_dynamic.py"
+    rel = "utils/pointwise_dynamic.py"
+    for name in [*emulation.FLAGGEMS_BASES[emulation.BASE], rel]:
+        (fake / name).parent.mkdir(parents=True, exist_ok=True)
+        kept = package / "_overlay_preimages" / name
+        shutil.copy(kept if kept.is_file() else package / name, fake / name)
     patch = (REPO / "src" / "flag_gems" / f"{rel}.patch").read_text()
     pre = (fake / rel).read_text()
     (fake / rel).write_text(apply_patch(pre, patch, rel))
     assert apply_patch((fake / rel).read_text(), patch, rel, reverse=True) == pre
     assert emulation.flag_gems_base(fake) == emulation.BASE
-    (fake / rel).write_text((fake / rel).read_text() + "# another edit\n")
+    kunlunxin = "runtime/backend/_kunlunxin/utils/pointwise_dynamic.py"
+    (fake / kunlunxin).write_text((fake / kunlunxin).read_text() + "# another edit\n")
     assert emulation.flag_gems_base(fake) is None
 
 

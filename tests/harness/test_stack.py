@@ -1,13 +1,15 @@
-"""The stack's first PR on its own: base flag_gems with only PR 1's patch of the
-KunlunXIN copy.py, in a fresh process under the cpu emulation and the XPU fault.
+"""The KunlunXIN PRs of the stack one at a time: base flag_gems with PRs 1 to k
+applied (their stage patches of copy.py and strided_copy.py, their whole files), each
+in a fresh process under the cpu emulation and the XPU fault.
 
-* PR 1's own tests (the ones it appends to upstream's tests/test_copy.py) pass on it
-  and fail on the base, with the missing strided kernel's error;
-* every layout x dtype pair of the KunlunXIN copy_ tests is bit-exact on it, or (the
-  conversions it declines) reaches aten's missing strided copy as a strided source
-  does on the base: never a wrong value, never a toolchain failure.
+* PR k's own tests (those it appends to upstream's tests/test_copy.py) fail on the
+  tree of PRs 1 to k-1 and pass, with every earlier PR's, on the tree of PRs 1 to k;
+* PR 1 alone: every layout x dtype pair of the KunlunXIN copy_ tests is bit-exact, or
+  (the conversions it declines) reaches aten's missing strided copy as a strided
+  source does on the base: never a wrong value, never a toolchain failure.
 """
 
+import ast
 import json
 import os
 import subprocess
@@ -21,28 +23,37 @@ from copyfix import compose, export
 
 pytestmark = pytest.mark.harness
 
-PR1 = export.PRS["strided-copy"]
-OP = export.COPY_PY.removeprefix("src/flag_gems/")
 HERE = Path(__file__).parent
+KUNLUNXIN = ["strided-copy", "conversions", "python-scalar", "alias-snapshot"]
+OPS = [export.COPY_PY, export.STRIDED_COPY_PY, export.PRS["conversions"].files[0]]
 
 
-def _tree(tmp_path, with_pr1: bool) -> Path:
-    """The base flag_gems, with PR 1's patch of copy.py applied or not."""
-    pkg = tmp_path / ("pr1" if with_pr1 else "base") / "flag_gems"
-    strided = export.STRIDED_COPY_PY.removeprefix("src/flag_gems/")
+def _tree(root: Path, k: int) -> Path:
+    """The base flag_gems with the KunlunXIN PRs 1 to k applied, under root."""
+    pkg = root / f"upto{k}" / "flag_gems"
     composed = Path(flag_gems.__file__).parent
-    compose.decompose(composed, pkg, only=[OP, strided])
-    if with_pr1:
-        text = (pkg / OP).read_text()
-        patch = PR1.patch_file(export.COPY_PY)
-        (pkg / OP).write_text(compose.apply_patch(text, patch.read_text(), patch.name))
+    compose.decompose(
+        composed, pkg, only=[r.removeprefix("src/flag_gems/") for r in OPS]
+    )
+    op = pkg / export.COPY_PY.removeprefix("src/flag_gems/")
+    op.write_text(export.main_shaped_copy(op.read_text()))  # (if 5.0.2's)
+    for name in KUNLUNXIN[:k]:
+        pr = export.PRS[name]
+        for rel in OPS:
+            dst = pkg / rel.removeprefix("src/flag_gems/")
+            if rel in pr.files:
+                dst.write_text((export.REPO / rel).read_text())
+            elif rel in pr.patched:
+                text = dst.read_text() if dst.is_file() else ""
+                patch = pr.patch_file(rel)
+                dst.write_text(compose.apply_patch(text, patch.read_text(), patch.name))
     return pkg.parent
 
 
-def _run(tree: Path, *args) -> subprocess.CompletedProcess:
+def _run(tree: Path, *args, upto: int = 0) -> subprocess.CompletedProcess:
     path = [tree, export.REPO / "harness", export.REPO]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, path)))
-    env["COPYFIX_EMULATION"] = "cpu"
+    env.update(COPYFIX_EMULATION="cpu", COPYFIX_STACK_UPTO=str(upto))
     return subprocess.run(
         [sys.executable, *args],
         cwd=export.REPO,
@@ -55,36 +66,57 @@ def _run(tree: Path, *args) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def trees(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("stack")
-    return {flag: _tree(tmp, flag) for flag in (False, True)}
+    return [_tree(tmp, k) for k in range(len(KUNLUNXIN) + 1)]
 
 
-def test_pr1_passes_its_tests_and_the_base_fails_them(trees):
+def _own_tests(name: str) -> set:
+    """The test functions PR ``name`` appends to tests/test_copy.py."""
+    pr = export.PRS[name]
+    lines = pr.patch_file("tests/test_copy.py").read_text().splitlines()
+    code = "\n".join(x[1:] for x in lines if x.startswith("+") and x[:3] != "+++")
+    return {
+        node.name
+        for node in ast.parse(code).body
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")
+    }
+
+
+def _outcomes(done) -> dict:
+    out = {}
+    for line in done.stdout.splitlines():
+        for word in ("PASSED", "FAILED"):
+            if f" {word}" in line and "::" in line:
+                test = line.split("::")[1].split(" ")[0].split("[")[0]
+                out.setdefault(test, set()).add(word)
+    return out
+
+
+@pytest.mark.parametrize("k", range(1, len(KUNLUNXIN) + 1), ids=KUNLUNXIN)
+def test_each_pr_fixes_its_own_cases(trees, k):
     cmd = [
         "-m",
         "pytest",
-        "-q",
+        "-v",
         "-p",
         "no:cacheprovider",
         "tests/test_copy_additions.py",
     ]
-    after = _run(trees[True], *cmd)
+    own = _own_tests(KUNLUNXIN[k - 1])
+    assert own
+    after = _run(trees[k], *cmd, upto=k)
     assert after.returncode == 0, after.stdout[-3000:]
-    assert "12 passed" in after.stdout
-    before = _run(trees[False], *cmd)
-    assert before.returncode == 1
-    assert "invalid device function" in before.stdout
-    failed = {
-        line.split("::")[1].split(" ")[0]
-        for line in before.stdout.splitlines()
-        if line.startswith("FAILED")
-    }
-    # the seed's repro and the SDPA mask among them; the strided dst ran before PR 1
-    seed = {
-        f"test_copy_inplace_strided_src[{d}-{layout}]"
-        for d in ("dst_dtype0", "dst_dtype1")
-        for layout in ("expand", "sdpa_mask")
-    }
-    assert seed <= failed, failed
+    before = _outcomes(_run(trees[k - 1], *cmd, upto=k))
+    # every one of its tests fails, in every case, without it; PR 1's strided dst and
+    # overlap tests guard what ran before it (a contiguous source)
+    must_fail = own if k > 1 else {"test_copy_inplace_strided_src"}
+    for test in must_fail:
+        assert before[test] == {"FAILED"}, (test, before[test])
+    if k == 1:
+        assert "invalid device function" in _run(trees[0], *cmd, upto=1).stdout
+
+
+# the conversions PR 1 declines (the native copy runs them: flat copies only)
+DECLINED = {"fp32->bool", "i16->bool", "i32->bf16", "fp32->u8"}
 
 
 def _sweep(tree):
@@ -93,12 +125,8 @@ def _sweep(tree):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-# the conversions PR 1 declines (the native copy runs them: flat copies only)
-DECLINED = {"fp32->bool", "i16->bool", "i32->bf16", "fp32->u8"}
-
-
 def test_pr1_alone_never_gives_a_wrong_value(trees):
-    before, after = _sweep(trees[False]), _sweep(trees[True])
+    before, after = _sweep(trees[0]), _sweep(trees[1])
     assert set(before) == set(after)
     # no wrong value and no toolchain failure is left: what PR 1 declines runs where
     # it ran before for a strided source (aten: fails on the XPU), and aten now also
@@ -113,3 +141,5 @@ def test_pr1_alone_never_gives_a_wrong_value(trees):
     assert all(declined[k] == "exact" for k in flat)
     fixed = [k for k in after if before[k] == "fault" and after[k] == "exact"]
     assert len(fixed) >= 6 * 14  # six strided-source layouts x the kept pairs
+    # and the whole stack runs every case exactly
+    assert set(_sweep(trees[-1]).values()) == {"exact"}

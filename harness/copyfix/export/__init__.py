@@ -58,6 +58,7 @@ class PR:
         where the stack keeps one for this PR, else the overlay's ``<rel>.patch``."""
         own = REPO / f"{rel}.pr{self.n}{'.head' if head else ''}.patch"
         return own if own.is_file() or head else REPO / f"{rel}.patch"
+        # (on the head file, a PR without its own head patch leaves the file alone)
 
     def kept_files(self) -> list[str]:
         """This repository's files the PR is made of (whole files and patches)."""
@@ -152,9 +153,8 @@ def _prs() -> dict:
 
 
 PRS = _prs()
-# the PR with the KunlunXIN op's whole files (copy.patch is its diff)
-PR_FILES = PRS["kunlunxin"].files
-BRANCH = PRS["kunlunxin"].branch
+# the KunlunXIN op's files as the whole stack leaves them (copy.patch is their diff)
+PR_FILES = [COPY_PY, STRIDED_COPY_PY]
 
 
 def _copyfix_table() -> dict:
@@ -189,8 +189,8 @@ def check_preimage(tree: Path, pr: "PR", table=None, originals=None) -> None:
     table = table or _copyfix_table()
     pre, head = table["preimages"], table.get("head-preimages", {})
     for path in pr.changed:
-        if path not in pre and path not in head and path not in pr.patched:
-            continue  # a file the PR adds
+        if path not in pre and path not in head:
+            continue  # a file the stack adds
         target = tree / path
         if originals is not None and path in originals:
             found = hashlib.sha256(originals[path].encode()).hexdigest()
@@ -232,9 +232,20 @@ def apply_pr(tree: Path, name: str, originals=None) -> list[str]:
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / rel, dst)
     for rel in pr.patched:
-        text = upstream_text(rel)
-        patch = pr.patch_file(rel, head=_is_head(rel, text, table))
-        (tree / rel).write_text(apply_patch(text, patch.read_text(), str(patch)))
+        # a stage of the stack: the PR's patch on what the earlier PRs left
+        known = rel in originals or (tree / rel).is_file()
+        head = known and _is_head(rel, upstream_text(rel), table)
+        patch = pr.patch_file(rel, head)
+        if not patch.is_file():
+            continue  # (upstream's head file: this PR leaves it alone)
+        dst = tree / rel
+        text = dst.read_text() if dst.is_file() else ""  # ("" : a file it adds)
+        if text and "\nnew file mode" in patch.read_text()[:300]:
+            raise SystemExit(
+                f"{rel} exists: {patch.name} adds it; apply the stack in order"
+            )
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_text(apply_patch(text, patch.read_text(), str(patch)))
     return pr.changed
 
 
@@ -259,16 +270,39 @@ def apply_stack(tree: Path, name: str) -> list[str]:
     return list(dict.fromkeys(applied))
 
 
-def added_code(rel: str) -> str:
+def added_code(rel: str, upto: int = 0) -> str:
     """The lines the stack's patches add to upstream's ``rel``, in stack order: the
-    tests and benchmarks its PRs append to upstream's own files (our code)."""
+    tests and benchmarks its PRs append to upstream's own files (our code). With
+    ``upto``, only those of PRs 1 to ``upto``."""
     out = []
     for pr in PRS.values():
-        if rel in pr.patched:
+        if rel in pr.patched and (not upto or pr.n <= upto):
             for line in pr.patch_file(rel).read_text().splitlines(keepends=True):
                 if line.startswith("+") and not line.startswith("+++"):
                     out.append(line[1:])
     return "".join(out)
+
+
+def main_shaped_copy(text: str) -> str:
+    """flag-gems 5.0.2's KunlunXIN copy.py as main of 2026-08-21 holds it, against
+    which the stack's stage patches are written: the licence header our files carry,
+    the module logger and two debug lines (checked by its recorded sha256)."""
+    if hashlib.sha256(text.encode()).hexdigest() == preimages(COPY_PY)[1]:
+        return text  # (main's already)
+    header = "".join((REPO / COPY_PY).read_text().splitlines(True)[:14])
+    for old, new in (
+        (
+            'getLogger("flag_gems").getChild(__name__.lstrip("."))',
+            "getLogger(__name__)",
+        ),
+        ('"GEMS COPY (functional)"', '"GEMS_KUNLUNXIN COPY"'),
+        ('"GEMS COPY_"', '"GEMS_KUNLUNXIN COPY_"'),
+    ):
+        text = text.replace(old, new)
+    out = header + text
+    if hashlib.sha256(out.encode()).hexdigest() != preimages(COPY_PY)[1]:
+        raise SystemExit("not flag-gems 5.0.2's KunlunXIN copy.py")
+    return out
 
 
 def base_copy_text() -> str:
@@ -356,6 +390,11 @@ def export_pr(checkout: Path, names=None) -> dict[str, str]:
     from the branch of the last PR it needs (exported in this run or before), else
     from the checkout's HEAD; {name: commit}."""
     checkout = checkout.resolve()
+    unknown = sorted(set(names or ()) - set(PRS))
+    if unknown:
+        raise SystemExit(
+            f"unknown PR {', '.join(unknown)} (the stack: {', '.join(PRS)})"
+        )
     names = [n for n in PRS if n in (names or PRS)]
     if not (checkout / ".git").exists():
         raise SystemExit(f"{checkout} is not a FlagGems git checkout (no .git)")

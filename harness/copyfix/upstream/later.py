@@ -25,12 +25,13 @@ written to): ``base`` (the checkout's copy.py), ``later`` (upstream's later copy
 ``export.apply_pr``, i.e. ``copy.py.head.patch`` on the head copy.py plus
 ``strided_copy.py``). For each:
 
-* :data:`CASES`, in a child process with the checkout's ``flag_gems`` imported: the seed's
-  minimal repro, SDPA mask copies, and one copy of each kind the later file sends to aten
-  (small with equal shapes, aliasing, declined by ``tle_copy``); each ``dst.copy_(src)``
-  under ``use_gems(include=["copy_"])`` with the device model on, compared bit for bit
-  with torch on the host; aten fallbacks (redispatches) counted, and among them the
-  strided ones (those the XPU's native copy cannot run as one flat loop);
+* :data:`CASES`, in a child process with the checkout's ``flag_gems`` imported: the
+  strided-copy fault's minimal repro, SDPA mask copies, and one copy of each kind the
+  later file sends to aten (small with equal shapes, aliasing, declined by ``tle_copy``);
+  each ``dst.copy_(src)`` under ``use_gems(include=["copy_"])`` with the device model
+  on, compared bit for bit with torch on the host; aten fallbacks (redispatches)
+  counted, and among them the strided ones (those the XPU's native copy cannot run as
+  one flat loop);
 * where the tree has ``tle_copy.py``: with :mod:`copyfix.upstream.tle_standin` (TLE
   "available", tle_copy's own rules deciding), which copies of a corpus reach
   ``tle_copy`` and which it takes, so ``later`` and ``ours-on-head`` can be compared;
@@ -74,8 +75,8 @@ LATER_FILES = {
         "7e9fd963d19935ef5ea4543ab354362c5d119056",
         "6aada84c798766a5bb162fdc67ca2ad9af504dd565491b78e91c173851069b84",
     ),
-    # PR 2's and PR 4's files at their newest public versions (issue 32, item 6), which
-    # their ``.head.patch`` files edit
+    # PR 2's and PR 4's files at their newest public versions, which their
+    # ``.head.patch`` files edit
     "ops_copy.py": (
         "src/flag_gems/ops/copy.py",
         "search tool read_file, repo flagos-ai/FlagGems, file id 66459022050 (the "

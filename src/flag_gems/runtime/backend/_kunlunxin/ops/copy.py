@@ -19,7 +19,6 @@ import torch
 
 from .strided_copy import (  # (copy_slice: contiguous.py imports it from here)
     copy_slice,
-    copy_template,
     triton_copy_,
     wrapped_number,
 )
@@ -32,20 +31,16 @@ _FALLBACK_KEYSET = torch._C.DispatchKeySet(
     torch._C.DispatchKey.CompositeExplicitAutograd
 )
 
-# Below this many elements a copy is host-bound: one of a single dtype between two
-# contiguous tensors goes to native, which runs it as one flat loop (upstream's
-# tle_copy-era copy.py hands its small flat copies over at the same threshold).
-# Tested inline, cheapest first, not through strided_copy.runs_flat: a strided source
-# fails the first test; dense pairs of equal strides stay in Triton here.
-_SMALL_SAME_DTYPE_NUMEL = 2**14
-
 
 def copy(
     template: torch.Tensor, src: torch.Tensor, *, non_blocking: Optional[bool] = False
 ):
     logger.debug("GEMS_KUNLUNXIN COPY")
-    # src copied into a clone of template, as aten::copy does
-    return copy_(copy_template(template), src, non_blocking=bool(non_blocking))
+    out = torch.empty_strided(
+        template.size(), template.stride(), dtype=template.dtype, device=template.device
+    )
+    copy_(out, src, non_blocking=bool(non_blocking))
+    return out
 
 
 def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
@@ -54,17 +49,6 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
     if dst.layout != torch.strided or src.layout != torch.strided:
         # (direct calls only: dispatch picks the layout's kernel before this one)
         return torch.ops.aten.copy_.default(dst, src, non_blocking)
-    if (
-        src.is_contiguous()
-        and dst.is_contiguous()
-        and dst.dtype is src.dtype
-        and dst.shape == src.shape
-        and dst.numel() < _SMALL_SAME_DTYPE_NUMEL
-    ):
-        # (torch's own copy: its errors, aliasing and neg bits; conversions stay in Triton)
-        return torch.ops.aten.copy_.default.redispatch(
-            _FALLBACK_KEYSET, dst, src, non_blocking
-        )
     logger.debug("GEMS_KUNLUNXIN COPY_")
     out = triton_copy_(dst, src)
     if out is None:  # (Triton lacks the dtype or device: strided_copy.fallback_reason)

@@ -12,15 +12,17 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""copy_ through the backend's pointwise_dynamic kernels, with real strides.
+"""copy_ and _to_copy through the backend's pointwise_dynamic kernels.
 
 The KunlunXIN native copy_ runs only flat loops (same shape; both contiguous, or
 both dense with the same strides): a strided copy that reaches it fails with
-"invalid device function". copy.py sends every other copy here. This module
-keeps torch's semantics: its errors before anything is written, conversions as
-torch makes them, negated views, aliasing views read whole before the write.
+"invalid device function". copy.py sends its copies here, with real strides, and
+to.py takes its conversions from here. This module keeps torch's semantics: its
+errors before anything is written, conversions as torch makes them, negated
+views, aliasing views read whole before the write.
 """
 
+import dataclasses
 import logging
 from typing import Optional
 
@@ -40,23 +42,12 @@ from ..utils.pointwise_dynamic import pointwise_dynamic
 
 logger = logging.getLogger(__name__)
 
-_FALLBACK_KEYSET = torch._C.DispatchKeySet(
-    torch._C.DispatchKey.CompositeExplicitAutograd
-)
-
 # Dtypes Triton on KunlunXIN loads and stores (fp64 only where the backend
 # descriptor enables it); complex, quantized and fp8 copies go to aten.
 _TRITON_DTYPES = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32}
 _TRITON_DTYPES |= {torch.int64, torch.float16, torch.bfloat16, torch.float32}
 if device.support_fp64:
     _TRITON_DTYPES.add(torch.float64)
-
-# The 1-D tile kernels run 12 CTAs of next_power_of_2(cdiv(numel, 12)) int32
-# lanes: one launch holds at most 12 * 2**27 elements.
-_MAX_NUMEL = 12 * 2**27
-# A storage of at most this many bytes holds no element int32 cannot index
-# (can_use_int32_index, which reads torch.iinfo, is asked only past it).
-_INT32_MAX = 2**31 - 1
 
 _dense = torch.ops.aten.is_non_overlapping_and_dense
 
@@ -84,24 +75,29 @@ def _copy_kernel(src):
     return src
 
 
-# Conversions where a Triton store differs from torch. Like copy_slice, they
-# run with the scatter-slice config, which also serves strided layouts.
+# Conversions where a Triton store differs from torch, for copy_ and _to_copy
+# (conversion_kernel). Like copy_slice, they run with the scatter-slice config,
+# which also serves strided layouts, with the XPU interleave pass off, as
+# upstream's _to_copy runs its bfloat16 conversions.
+conversion_config = dataclasses.replace(config_, isCloseInterleave=True)
 
 
 # A store into bool goes through int8 (0.5 -> False); torch's bool is `!= 0`.
 @pointwise_dynamic(
-    is_tensor=[True], promotion_methods=[(0, "ALWAYS_BOOL")], config=config_
+    is_tensor=[True], promotion_methods=[(0, "ALWAYS_BOOL")], config=conversion_config
 )
 @triton.jit
 def _to_bool_kernel(src):
     return src != 0
 
 
-# torch converts an integer or a float16 to bfloat16 through float32 (an integer
-# is rounded twice); Triton rounds an integer once, and the XPU toolchain cannot
-# compile int16/int32 -> bf16 or fp16 -> bf16. Round the float32 bits to nearest
-# even by hand (NaN: torch's 0x7FC0).
-@pointwise_dynamic(is_tensor=[True], promotion_methods=[(0, "DEFAULT")], config=config_)
+# torch converts an integer, a float16 or a float64 to bfloat16 through float32
+# (an integer or a float64 is rounded twice); Triton rounds once, and the XPU
+# toolchain cannot compile int16/int32 -> bf16 or fp16 -> bf16. Round the float32
+# bits to nearest even by hand (NaN: torch's 0x7FC0).
+@pointwise_dynamic(
+    is_tensor=[True], promotion_methods=[(0, "DEFAULT")], config=conversion_config
+)
 @triton.jit
 def _to_bf16_kernel(src):
     x = src.to(tl.float32)
@@ -112,10 +108,22 @@ def _to_bf16_kernel(src):
 
 # torch converts a float to uint8 through int64 (-1.5 -> -1 -> 255); a direct
 # float -> unsigned conversion saturates.
-@pointwise_dynamic(is_tensor=[True], promotion_methods=[(0, "DEFAULT")], config=config_)
+@pointwise_dynamic(
+    is_tensor=[True], promotion_methods=[(0, "DEFAULT")], config=conversion_config
+)
 @triton.jit
 def _float_to_uint8_kernel(src):
     return src.to(tl.int64)
+
+
+# torch converts float64 to float16 through float32 (two roundings); a store
+# rounds once.
+@pointwise_dynamic(
+    is_tensor=[True], promotion_methods=[(0, "DEFAULT")], config=conversion_config
+)
+@triton.jit
+def _through_fp32_kernel(src):
+    return src.to(tl.float32)
 
 
 # A negated view (lazy neg bit) is negated in dst's dtype after the conversion,
@@ -138,15 +146,27 @@ def _negate_kernel(src):
         return -src
 
 
+def conversion_kernel(src: torch.dtype, dst: torch.dtype):
+    """The kernel that converts src to dst as torch does where a Triton store
+    would not (copy_ and _to_copy alike); None where the store does."""
+    if src is dst:
+        return None
+    if dst is torch.bool:
+        return _to_bool_kernel
+    integer = not (src.is_floating_point or src is torch.bool)
+    if dst is torch.bfloat16 and (integer or src in (torch.float16, torch.float64)):
+        return _to_bf16_kernel
+    if dst is torch.uint8 and src.is_floating_point:
+        return _float_to_uint8_kernel
+    if dst is torch.float16 and src is torch.float64:
+        return _through_fp32_kernel
+    return None
+
+
 def _kernel_for(dst: torch.Tensor, src: torch.Tensor):
-    if dst.dtype is not src.dtype:  # (a copy of one dtype needs none of these)
-        if dst.dtype is torch.bool:
-            return _to_bool_kernel
-        integer = not (src.is_floating_point() or src.dtype is torch.bool)
-        if dst.dtype is torch.bfloat16 and (integer or src.dtype is torch.float16):
-            return _to_bf16_kernel
-        if dst.dtype is torch.uint8 and src.is_floating_point():
-            return _float_to_uint8_kernel
+    kernel = conversion_kernel(src.dtype, dst.dtype)
+    if kernel is not None:
+        return kernel
     if dst.is_contiguous() and src.is_contiguous():
         return _copy_kernel
     return copy_slice
@@ -162,6 +182,8 @@ def fallback_reason(dst: torch.Tensor, src: torch.Tensor) -> Optional[str]:
         return "cross-device or meta copy"
     if dst.dtype is torch.bool and src.is_neg() != dst.is_neg():
         return "negation into bool (aten raises for it)"
+    if not (can_use_int32_index(dst) and can_use_int32_index(src)):
+        return "offsets past int32"
     return None
 
 
@@ -274,8 +296,6 @@ def triton_copy_(dst: torch.Tensor, src: torch.Tensor) -> Optional[torch.Tensor]
     if src._is_zerotensor():
         return dst.zero_()
     aliases = torch._C._is_alias_of(dst, src)
-    if not aliases and _copied_plain(dst, src):
-        return dst
     if aliases and (
         dst.storage_offset() == src.storage_offset()
         and dst.stride() == src.stride()
@@ -294,55 +314,6 @@ def triton_copy_(dst: torch.Tensor, src: torch.Tensor) -> Optional[torch.Tensor]
     return copy_expanded(dst, expanded, src.is_neg() != dst.is_neg())
 
 
-def _copied_plain(dst: torch.Tensor, src: torch.Tensor) -> bool:
-    """The copy most callers make, each of the checks below read once: one dtype
-    Triton runs, one device, the same neg bit, src of dst's shape, dst contiguous (it
-    cannot overlap itself), not empty, both storages int32-indexable. Launches it
-    and says True; else False, with nothing done (src and dst must not alias)."""
-    dtype = dst.dtype
-    if dtype is not src.dtype or dtype not in _TRITON_DTYPES:
-        return False
-    if not dst.is_contiguous() or dst.is_neg() != src.is_neg() or dst.is_meta:
-        return False
-    if dst.device != src.device or dst.shape != src.shape:
-        return False
-    if not 0 < dst.numel() <= _MAX_NUMEL:
-        return False
-    if max(dst.untyped_storage().nbytes(), src.untyped_storage().nbytes()) > _INT32_MAX:
-        return False
-    kernel = _copy_kernel if src.is_contiguous() else copy_slice
-    kernel.instantiate(dst.ndim)(src, out0=dst)
-    return True
-
-
-def copy_template(template: torch.Tensor) -> torch.Tensor:
-    """What aten::copy(template, src) copies src into: dense in template's dim
-    order if template overlaps itself (clone), else template's whole storage
-    viewed with its strides and offset (clone_preserve_strides)."""
-    overlap = has_internal_overlapping(template)
-    if overlap == MemOverlap.Yes:
-        return torch.empty_like(template)
-    numel = template.untyped_storage().nbytes() // template.element_size()
-    out = torch.empty(numel, dtype=template.dtype, device=template.device)
-    if overlap == MemOverlap.TooHard or template.numel() < numel:
-        # (only elements that src does not overwrite need the clone)
-        whole = template.as_strided((numel,), (1,), 0)
-        if triton_copy_(out, whole) is None:  # (a flat copy: the native one runs it)
-            torch.ops.aten.copy_.default.redispatch(_FALLBACK_KEYSET, out, whole)
-    offset = template.storage_offset() if numel else 0  # (aten: empty_strided)
-    return out.as_strided(template.size(), template.stride(), offset)
-
-
-def _indexable(t: torch.Tensor) -> bool:
-    return t.untyped_storage().nbytes() <= _INT32_MAX or can_use_int32_index(t)
-
-
 def _launch(kernel, dst: torch.Tensor, src: torch.Tensor) -> None:
-    """Run kernel(src) into dst (same shape), split where int32 cannot index."""
-    if not (dst.numel() <= _MAX_NUMEL and _indexable(dst) and _indexable(src)):
-        if dst.shape[0] == 1:
-            return _launch(kernel, dst[0], src[0])
-        half = dst.shape[0] // 2
-        _launch(kernel, dst[:half], src[:half])
-        return _launch(kernel, dst[half:], src[half:])
+    """Run kernel(src) into dst (same shape), with their real strides."""
     kernel.instantiate(dst.ndim)(src, out0=dst)

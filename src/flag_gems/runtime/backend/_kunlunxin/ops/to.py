@@ -19,10 +19,10 @@ from typing import Optional
 
 import torch
 import triton
-import triton.language as tl
 
 from ..utils.codegen_config_utils import get_codegen_config
 from ..utils.pointwise_dynamic import pointwise_dynamic
+from .strided_copy import conversion_kernel
 
 logger = logging.getLogger(__name__)
 
@@ -55,56 +55,6 @@ def _to_copy_func_close_interleave(x):
     return x
 
 
-# Where a store into the output would not convert as torch does, _to_copy runs
-# one of these kernels instead (_kernel_for).
-
-
-# torch: nonzero is True (0.5, 256 and NaN too); a store into bool goes through int8.
-@pointwise_dynamic(
-    is_tensor=[True],
-    promotion_methods=[(0, "ALWAYS_BOOL")],
-    config=close_interleave_config,
-)
-@triton.jit
-def _to_bool_func(x):
-    return x != 0
-
-
-# torch: float -> int64 -> uint8 (-1.5 -> 255); a float -> uint8 store saturates.
-@pointwise_dynamic(
-    is_tensor=[True],
-    promotion_methods=[(0, "DEFAULT")],
-    config=close_interleave_config,
-)
-@triton.jit
-def _float_to_uint8_func(x):
-    return x.to(tl.int64)
-
-
-# torch: anything -> float32 -> bfloat16, rounded to nearest even (an integer or
-# a float64 is rounded twice). Rounded here on the float32 bits, so no 16-bit
-# value or integer is converted to bfloat16 directly (the XPU toolchain rejects
-# or miscompiles those); float32 itself keeps the hardware store.
-@pointwise_dynamic(
-    is_tensor=[True],
-    promotion_methods=[(0, "DEFAULT")],
-    config=close_interleave_config,
-)
-@triton.jit
-def _to_bf16_func(x):
-    x = x.to(tl.float32)
-    bits = tl.where(x != x, 0x7FC00000, x.to(tl.uint32, bitcast=True))
-    bits += 0x7FFF + ((bits >> 16) & 1)
-    return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
-
-
-# torch: float64 -> float32 -> float16 (two roundings); a store rounds once.
-@pointwise_dynamic(is_tensor=[True], promotion_methods=[(0, "DEFAULT")])
-@triton.jit
-def _through_fp32_func(x):
-    return x.to(tl.float32)
-
-
 def _is_float8(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point and dtype.itemsize == 1
 
@@ -120,16 +70,12 @@ def _use_aten(src_dtype: torch.dtype, dst_dtype: torch.dtype) -> bool:
 
 
 def _kernel_for(src_dtype: torch.dtype, dst_dtype: torch.dtype):
-    """The kernel that converts src_dtype to dst_dtype as torch does."""
-    if src_dtype != dst_dtype:
-        if dst_dtype == torch.bool:
-            return _to_bool_func
-        if dst_dtype == torch.bfloat16 and src_dtype != torch.float32:
-            return _to_bf16_func  # (float32 keeps the hardware store)
-        if dst_dtype == torch.uint8 and src_dtype.is_floating_point:
-            return _float_to_uint8_func
-        if dst_dtype == torch.float16 and src_dtype == torch.float64:
-            return _through_fp32_func
+    """The kernel that converts src_dtype to dst_dtype as torch does: copy_'s
+    conversion kernels where a store would not, else a plain store (float32 ->
+    bfloat16 keeps the hardware store)."""
+    kernel = conversion_kernel(src_dtype, dst_dtype)
+    if kernel is not None:
+        return kernel
     if torch.bfloat16 in (src_dtype, dst_dtype):
         return _to_copy_func_close_interleave
     return _to_copy_func
