@@ -1,5 +1,5 @@
-"""Seconds for a series of runs: each gets what is left of the whole, at most its own
-timeout; whether one more of a kind fits before what is kept for the end (harness)."""
+"""Seconds for a series of runs (harness): upstream's CI and later runs use ``limit``,
+decode's workers ``fits_another`` (decode still has its own copy of this class)."""
 
 from __future__ import annotations
 

@@ -89,11 +89,6 @@ def update(path: Path, change, dump=dumps) -> dict:
     return write(path, change(load(path)), dump)
 
 
-def merge_section(path: Path, key: str, section, **more) -> dict:
-    """Put ``section`` under ``key`` of the record at ``path`` (``more``: other keys)."""
-    return update(path, lambda data: {**data, key: section, **more})
-
-
 # ------------------------------------------------------------------ run info
 
 
@@ -198,7 +193,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     text = args.log.read_text(errors="replace")
     entry = summary_entry(text, files=args.files)
-    merge_section(args.out, args.key, entry)
+    update(args.out, lambda data: {**data, args.key: entry})
     print(args.key, {k: entry[k] for k in ("passed", "failed", "skipped", "error")})
     return 0
 

@@ -21,14 +21,28 @@ def _copy(name, tmp_path) -> Path:
 @pytest.mark.parametrize(
     "line, expected",
     [
+        ("===== 5 passed in 1.00s =====", (5, 0, 0, 0)),
+        (
+            "== 1 failed, 2 passed, 3 skipped, 4 warnings in 9.1s (0:00:09) ==",
+            (2, 1, 3, 0),
+        ),
+        ("=== 2 passed, 1 error in 0.5s ===", (2, 0, 0, 1)),
+        ("=== 3 errors in 0.5s ===", (0, 0, 0, 3)),
+        ("=== 1 xfailed, 2 deselected in 0.1s ===", (0, 0, 0, 0)),
+        ("=== no tests ran in 0.01s ===", (0, 0, 0, 0)),
         ("1234 passed, 5 skipped, 3 warnings in 120.33s (0:02:00)", (1234, 0, 5, 0)),
-        ("== 2 failed, 10 passed, 1 error in 3.1s ==", (10, 2, 0, 1)),
     ],
 )
-def test_summary_entry_reads_quiet_and_ruled_lines(line, expected):
-    e = records.summary_entry(f"noise\n{line}\nrc=0\n", files=["t.py"])
-    assert (e["passed"], e["failed"], e["skipped"], e["error"]) == expected
-    assert e["files"] == ["t.py"] and e["summary"] == line.strip("= ")
+def test_parse_summary(line, expected):
+    got = records.parse_summary(f"noise\n{line}\nmore noise\n")
+    assert (got["passed"], got["failed"], got["skipped"], got["errors"]) == expected
+    entry = records.summary_entry(f"{line}\nrc=0\n", files=["t.py"])
+    assert entry["error"] == expected[3] and entry["summary"] == line.strip("= ")
+
+
+def test_parse_summary_without_a_summary_line():
+    assert records.parse_summary("ERROR: usage: pytest [options]\n") is None
+    assert records.parse_summary("== test session starts ==\n") is None
     assert records.summary_entry("Traceback\nrc=2\n")["summary"] == "Traceback\nrc=2\n"
 
 

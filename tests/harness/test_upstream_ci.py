@@ -353,30 +353,6 @@ def test_split_runs_matches_each_traced_pytest_command_with_its_counts():
     assert upstream_ci.split_runs("+ coverage erase\nPR_ID=1\n") == []
 
 
-@pytest.mark.parametrize(
-    "line, expected",
-    [
-        ("===== 5 passed in 1.00s =====", (5, 0, 0, 0)),
-        (
-            "== 1 failed, 2 passed, 3 skipped, 4 warnings in 9.1s (0:00:09) ==",
-            (2, 1, 3, 0),
-        ),
-        ("=== 2 passed, 1 error in 0.5s ===", (2, 0, 0, 1)),
-        ("=== 3 errors in 0.5s ===", (0, 0, 0, 3)),
-        ("=== 1 xfailed, 2 deselected in 0.1s ===", (0, 0, 0, 0)),
-        ("=== no tests ran in 0.01s ===", (0, 0, 0, 0)),
-    ],
-)
-def test_parse_summary(line, expected):
-    got = upstream_ci.parse_summary(f"noise\n{line}\nmore noise\n")
-    assert (got["passed"], got["failed"], got["skipped"], got["errors"]) == expected
-
-
-def test_parse_summary_without_a_summary_line():
-    assert upstream_ci.parse_summary("ERROR: usage: pytest [options]\n") is None
-    assert upstream_ci.parse_summary("== test session starts ==\n") is None
-
-
 def test_reason_classes():
     bench = "Failed: 'InterpreterDriver' object has no attribute 'get_device_interface'"
     assert upstream_ci.reason_class(bench) == "emulation-limit"

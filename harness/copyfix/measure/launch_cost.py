@@ -119,7 +119,8 @@ def _kunlunxin_cases(torch, device):
     }
 
 
-# The copy_ layouts issue 32 bounds (contiguous goes to native on both integrations)
+# The strided copy_ layouts whose after/aten is bounded (contiguous goes to native on
+# both integrations)
 STRIDED = ("copy_transposed", "copy_expanded_sdpa_mask", "copy_step_slice")
 
 
@@ -423,9 +424,9 @@ def summarize(ops: list) -> dict:
 
 
 def bounds(data: dict) -> dict:
-    """The issues' bounds, each True or False, on what ``data`` holds (a bound whose
-    figures are missing is left out): issue 31's NVIDIA median and maximum and its
-    misses, issue 32's each KunlunXIN copy_ of each integration."""
+    """The bounds, each True or False, on what ``data`` holds (a bound whose figures
+    are missing is left out): the NVIDIA ops' median and maximum after/eager, the
+    misses' cached/uncached, each strided KunlunXIN copy_ of each integration."""
     s, out = data.get("summary", {}), {}
     if "nvidia" in s:
         out["nvidia median after/eager <= 2.3 (issue 31)"] = (
@@ -585,15 +586,15 @@ def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> li
     return lines + starts_lines(data)
 
 
-COPY_BOUND = 2.5  # issue 32: each strided copy_ after/aten, per integration
-NVIDIA_MEDIAN_BOUND = 2.3  # issue 31: the NVIDIA ops' median after/eager
+COPY_BOUND = 2.5  # each strided copy_'s after/aten, per integration
+NVIDIA_MEDIAN_BOUND = 2.3  # the NVIDIA ops' median after/eager
 
 
 def start_entry(record: dict) -> dict:
     """One machine start's entry of ``starts`` from its full record: its date, per
     KunlunXIN integration (:data:`KUNLUNXIN_BACKENDS`) that has them the :data:`STRIDED`
     rows' after/aten as the record reads them (the median over its worker processes),
-    and ``nvidia``: its median after/eager over the NVIDIA ops (issue 31's figure)."""
+    and ``nvidia``: its median after/eager over the NVIDIA ops."""
     entry = {"date": record.get("date", "")}
     cpus = {tuple(run.get("cpus_allowed") or ()) for run in record["runs"].values()}
     if len(cpus) == 1 and len(next(iter(cpus))) == 1:  # every backend pinned to one CPU

@@ -40,7 +40,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from copyfix.upstream.ci.environment import (
+# (the package's names: its modules' public functions, as one namespace)
+from copyfix.upstream.ci.environment import (  # noqa: F401
     DEFAULT_TIMEOUT,
     REPO,
     TEST_COPY,
@@ -50,40 +51,20 @@ from copyfix.upstream.ci.environment import (
     run_env,
     validate,
 )
-from copyfix.upstream.ci.markdown import render_block, write_docs
+from copyfix.upstream.ci.markdown import render_block, write_docs  # noqa: F401
 from copyfix.upstream.ci.merging import write_results
-from copyfix.upstream.ci.parsing import (
+from copyfix.upstream.ci.parsing import (  # noqa: F401
     parse_summary,
     reason_class,
     split_runs,
     sum_runs,
 )
-from copyfix.upstream.ci.runs import (
+from copyfix.upstream.ci.runs import (  # noqa: F401
     NOT_RUN,
     run_base,
     run_test_copy,
     test_copy_commands,
 )
-
-__all__ = [
-    "DEFAULT_TIMEOUT",
-    "NOT_RUN",
-    "REPO",
-    "TEST_OP",
-    "InputError",
-    "copy_checkout",
-    "main",
-    "parse_summary",
-    "reason_class",
-    "render_block",
-    "run_env",
-    "run_test_copy",
-    "split_runs",
-    "sum_runs",
-    "test_copy_commands",
-    "write_docs",
-    "write_results",
-]
 
 # ------------------------------------------------------------------------- main
 
