@@ -21,6 +21,18 @@ import flag_gems
 
 from . import accuracy_utils as utils
 
+# The generic copy_ and _to_copy: a backend that dispatches its own op (from its
+# runtime/backend/_<vendor>/ops) or switches them off skips these tests.
+_BACKEND_OWN = {name for name, _ in flag_gems.runtime.backend.get_customized_ops()}
+_BACKEND_OWN |= set(flag_gems.runtime.backend.get_unused_ops())
+GENERIC_COPY_ = pytest.mark.skipif(
+    bool({"copy_"} & _BACKEND_OWN), reason="the backend dispatches its own copy_"
+)
+GENERIC_TO_COPY = pytest.mark.skipif(
+    bool({"to_copy", "_to_copy"} & _BACKEND_OWN),
+    reason="the backend dispatches its own _to_copy",
+)
+
 DTYPES = [
     torch.bool,
     torch.uint8,
@@ -151,6 +163,7 @@ def _name(dtype):
 
 
 @pytest.mark.copy_
+@GENERIC_COPY_
 @pytest.mark.parametrize("dst_dtype", DTYPES, ids=_name)
 @pytest.mark.parametrize("src_dtype", DTYPES, ids=_name)
 def test_copy_dtype_conversion(src_dtype, dst_dtype):
@@ -158,6 +171,7 @@ def test_copy_dtype_conversion(src_dtype, dst_dtype):
 
 
 @pytest.mark.copy_
+@GENERIC_COPY_
 @pytest.mark.parametrize("layout", list(STRIDED_VIEWS))
 @pytest.mark.parametrize(
     "src_dtype, dst_dtype",
@@ -170,6 +184,7 @@ def test_copy_dtype_conversion_strided(src_dtype, dst_dtype, layout):
 
 
 @pytest.mark.copy_
+@GENERIC_COPY_
 @pytest.mark.parametrize(
     "src_dtype, values, dst_dtype",
     [
@@ -196,6 +211,7 @@ def _check_to(host_src, dst_dtype, view=lambda t: t, method=None):
 
 
 @pytest.mark.to_copy
+@GENERIC_TO_COPY
 @pytest.mark.parametrize("dst_dtype", DTYPES, ids=_name)
 @pytest.mark.parametrize("src_dtype", DTYPES, ids=_name)
 def test_to_copy_dtype_conversion(src_dtype, dst_dtype):
@@ -203,6 +219,7 @@ def test_to_copy_dtype_conversion(src_dtype, dst_dtype):
 
 
 @pytest.mark.to_copy
+@GENERIC_TO_COPY
 @pytest.mark.parametrize("layout", list(STRIDED_VIEWS))
 @pytest.mark.parametrize(
     "src_dtype, dst_dtype",
@@ -215,6 +232,7 @@ def test_to_copy_dtype_conversion_strided(src_dtype, dst_dtype, layout):
 
 
 @pytest.mark.to_copy
+@GENERIC_TO_COPY
 @pytest.mark.parametrize(
     "src_dtype, values, dst_dtype, method",
     [

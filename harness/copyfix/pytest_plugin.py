@@ -66,6 +66,18 @@ def pytest_configure(config):
             sys.modules.setdefault(f"benchmark.{name}", getattr(bench_stand_ins, name))
 
 
+# The generic copy_/_to_copy's tests skip themselves where the backend dispatches its
+# own op (KunlunXIN, the emulated backend): tests/harness/test_generic_ops.py runs them
+# on FlagGems' default backend in a fresh process instead (a skip counts as a failure).
+GENERIC_OP_TESTS = ("test_copy_dtype_conversions.py",)
+
+
+def pytest_ignore_collect(collection_path, config):
+    if collection_path.name in GENERIC_OP_TESTS and emulation.CPU_VENDOR != "nvidia":
+        return True
+    return None
+
+
 def pytest_report_header(config):
     v = emulation.versions()
     return (

@@ -105,7 +105,7 @@ def test_kernel_choice(ops):
 
     def kernel(src_dtype, dst_dtype):
         src = torch.zeros(2, dtype=src_dtype, device=device())
-        return op._kernel_for(torch.zeros(2, dtype=dst_dtype, device=device()), src)
+        return op.kernel_for(torch.zeros(2, dtype=dst_dtype, device=device()), src)
 
     assert kernel(torch.float32, torch.bool) is op._to_bool_kernel
     assert kernel(torch.bool, torch.bool) is op._copy_kernel
@@ -154,7 +154,7 @@ def test_compiled_conversions_before_and_after(ops, tmp_path):
     plan = {}
     for pair in PTX_PAIRS:
         src, dst = (gc.DTYPES[n] for n in pair.split("->"))
-        chosen = ops["after"]._kernel_for(
+        chosen = ops["after"].kernel_for(
             torch.zeros(1, dtype=dst), torch.zeros(1, dtype=src)
         )
         plan[pair] = name_of(chosen)

@@ -37,7 +37,7 @@ def _copy_kernel(src):
 
 
 # A store converts src to dst's dtype. Where that conversion is not torch's,
-# copy_ and _to_copy (ops/to.py) pick one of these kernels instead (_kernel_for).
+# copy_ and _to_copy (ops/to.py) pick one of these kernels instead (kernel_for).
 
 
 # torch: nonzero is True (0.5, -256 and NaN too); a store into bool goes through int8.
@@ -82,15 +82,15 @@ def _can_use_triton(dst: torch.Tensor, src: torch.Tensor) -> bool:
         # Preserve PyTorch's behaviour of warning when casting complex to real
         # by forcing the redispatch path, which issues the warning internally.
         return False
-    return _triton_converts(src.dtype, dst.dtype)
+    return triton_converts(src.dtype, dst.dtype)
 
 
 def _is_float8(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point and dtype.itemsize == 1
 
 
-def _triton_converts(src_dtype: torch.dtype, dst_dtype: torch.dtype) -> bool:
-    """Whether a kernel of _kernel_for converts src_dtype to dst_dtype as torch
+def triton_converts(src_dtype: torch.dtype, dst_dtype: torch.dtype) -> bool:
+    """Whether a kernel of kernel_for converts src_dtype to dst_dtype as torch
     does (copy_ and _to_copy use it; the other cases go to aten)."""
     if _FLOAT8_E8M0FNU is not None and _FLOAT8_E8M0FNU in (src_dtype, dst_dtype):
         # Triton does not support float8 yet, so defer to PyTorch which has a reference implementation.
@@ -102,7 +102,7 @@ def _triton_converts(src_dtype: torch.dtype, dst_dtype: torch.dtype) -> bool:
     return True
 
 
-def _kernel_for(dst: torch.Tensor, src: torch.Tensor):
+def kernel_for(dst: torch.Tensor, src: torch.Tensor):
     """The kernel that converts src to dst's dtype as torch does (copy_ and _to_copy)."""
     if dst.dtype == src.dtype:
         return _copy_kernel
@@ -196,6 +196,6 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
             )
         src = src.expand(dst.shape)
 
-    overload = _kernel_for(dst, src).instantiate(src.ndim)
+    overload = kernel_for(dst, src).instantiate(src.ndim)
     overload(src, out0=dst)
     return dst

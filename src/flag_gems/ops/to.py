@@ -17,8 +17,7 @@ from typing import Optional
 
 import torch
 
-# The kernels that convert as torch does, shared with copy_.
-from flag_gems.ops.copy import _kernel_for, _triton_converts
+from flag_gems.ops.copy import kernel_for, triton_converts
 
 logger = logging.getLogger(__name__)
 
@@ -30,28 +29,39 @@ _FALLBACK_KEYSET = torch._C.DispatchKeySet(
 def _resolve_dtype(x: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.dtype:
     if dtype is None:
         return x.dtype
-    if not isinstance(dtype, torch.dtype):
-        raise TypeError(f"Unsupported dtype argument type: {type(dtype)!r}")
-    return dtype
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    raise TypeError(f"Unsupported dtype argument type: {type(dtype)!r}")
+
+
+def _resolve_device(x: torch.Tensor, device: Optional[torch.device]) -> torch.device:
+    if device is None:
+        return x.device
+    return torch.device(device)
+
+
+def _normalize_memory_format(
+    memory_format: Optional[torch.memory_format],
+) -> torch.memory_format:
+    if memory_format is None:
+        return torch.preserve_format
+    return memory_format
 
 
 def _is_host_or_transfer(x: torch.Tensor, device: torch.device) -> bool:
-    # Host tensors and copies between devices (h2d, d2h, d2d) are PyTorch's.
-    return device != x.device or x.device.type == "cpu"
+    return device != x.device or (x.device.type == "cpu" and device.type == "cpu")
 
 
-def _empty_out(x: torch.Tensor, dtype, memory_format) -> torch.Tensor:
-    if memory_format is torch.preserve_format and (
-        x.is_contiguous()  # (dense, and much cheaper to ask than the aten op)
-        or torch.ops.aten.is_non_overlapping_and_dense(x)
-    ):
-        # as torch: a dense layout is kept stride for stride
-        return torch.empty_strided(x.size(), x.stride(), dtype=dtype, device=x.device)
-    # otherwise torch's suggestion (preserve_format) or the asked-for format
-    return torch.empty_like(x, dtype=dtype, memory_format=memory_format)
+def _allocate_preserve_format(x: torch.Tensor, empty_kwargs: dict) -> torch.Tensor:
+    """Recreate tensor storage while honoring preserve_format semantics."""
+    if torch.ops.aten.is_non_overlapping_and_dense(x):
+        return torch.empty_strided(x.size(), x.stride(), **empty_kwargs)
+    # Fall back to PyTorch's best-effort layout suggestion when stride replication is unsafe.
+    return torch.empty_like(x, memory_format=torch.preserve_format, **empty_kwargs)
 
 
-# aten::_to_copy: every argument after the tensor is keyword-only, as in its schema
+# func: _to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None,
+#   bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor
 def to_copy(
     x,
     *,
@@ -62,7 +72,7 @@ def to_copy(
     non_blocking=False,
     memory_format=None,
 ):
-    # Only dense strided tensors are implemented.
+    # We only implement the dense strided kernel today; all other layouts fall back to PyTorch.
     if (layout is not None and layout != torch.strided) or x.layout != torch.strided:
         raise NotImplementedError(
             "FlagGems to_copy currently supports strided tensors only."
@@ -76,29 +86,56 @@ def to_copy(
             "Quantized tensors are not supported in FlagGems to_copy yet."
         )
 
-    dtype = _resolve_dtype(x, dtype)
-    device = x.device if device is None else torch.device(device)
-    if memory_format is None:
-        memory_format = torch.preserve_format
+    target_dtype = _resolve_dtype(x, dtype)
+    target_device = _resolve_device(x, device)
+    target_memory_format = _normalize_memory_format(memory_format)
 
-    if (
-        x.is_complex()
-        or dtype.is_complex  # Triton has no complex dtypes
-        or not _triton_converts(x.dtype, dtype)  # float8 conversions, e8m0fnu
-        or _is_host_or_transfer(x, device)
-    ):
+    # Triton does not support complex dtypes; fall back to PyTorch.
+    if x.dtype.is_complex or target_dtype.is_complex:
         return torch.ops.aten._to_copy.default.redispatch(
             _FALLBACK_KEYSET,
             x,
-            dtype=dtype,
+            dtype=target_dtype,
             layout=layout,
-            device=device,
+            device=target_device,
             pin_memory=pin_memory,
             non_blocking=non_blocking,
-            memory_format=memory_format,
+            memory_format=target_memory_format,
+        )
+
+    # Triton does not convert these as torch does (float8_e8m0fnu, float8 with a
+    # dtype change); fall back to PyTorch.
+    if not triton_converts(x.dtype, target_dtype):
+        return torch.ops.aten._to_copy.default.redispatch(
+            _FALLBACK_KEYSET,
+            x,
+            dtype=target_dtype,
+            layout=layout,
+            device=target_device,
+            pin_memory=pin_memory,
+            non_blocking=non_blocking,
+            memory_format=target_memory_format,
+        )
+
+    if _is_host_or_transfer(x, target_device):
+        # Device transfer (d2h/h2d etc.) relies on PyTorch's implementation.
+        return torch.ops.aten._to_copy.default.redispatch(
+            _FALLBACK_KEYSET,
+            x,
+            dtype=target_dtype,
+            layout=layout,
+            device=target_device,
+            pin_memory=pin_memory,
+            non_blocking=non_blocking,
+            memory_format=target_memory_format,
         )
 
     logger.debug("GEMS TO_COPY")
-    out = _empty_out(x, dtype, memory_format)
-    # the store alone converts differently from torch for some dtype pairs
-    return _kernel_for(out, x)(x, out0=out)
+    empty_kwargs = {"dtype": target_dtype, "device": target_device}
+
+    if target_memory_format is torch.preserve_format:
+        out = _allocate_preserve_format(x, empty_kwargs)
+    else:
+        out = torch.empty_like(x, memory_format=target_memory_format, **empty_kwargs)
+
+    return kernel_for(out, x)(x, out0=out)
