@@ -282,8 +282,8 @@ def test_bad_input_no_test_op_script(tmp_path, own_tmp, capsys):
 
 def test_bad_input_unknown_pre_image(tmp_path, own_tmp, capsys):
     root = _fake_checkout(tmp_path / "fg", copy_py="# a later upstream copy.py\n")
-    line = _bad_input(tmp_path, own_tmp, capsys, root, "--pr", "kunlunxin")
-    assert "refusing kunlunxin PR" in line and "not a known pre-image" in line
+    line = _bad_input(tmp_path, own_tmp, capsys, root, "--pr", "strided-copy")
+    assert "refusing strided-copy PR" in line and "not a known pre-image" in line
 
 
 def test_bad_input_unknown_pr_and_unknown_base(tmp_path, own_tmp, capsys):
@@ -291,7 +291,7 @@ def test_bad_input_unknown_pr_and_unknown_base(tmp_path, own_tmp, capsys):
     line = _bad_input(tmp_path, own_tmp, capsys, root, "--pr", "nope")
     assert "unknown PR nope" in line
     # a known pre-image, but the rest of the tree is no base the emulation knows
-    line = _bad_input(tmp_path, own_tmp, capsys, root, "--pr", "kunlunxin")
+    line = _bad_input(tmp_path, own_tmp, capsys, root, "--pr", "strided-copy")
     assert "copyfix.emulation does not know the FlagGems base" in line
 
 
