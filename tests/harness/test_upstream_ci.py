@@ -290,8 +290,14 @@ def test_bad_input_unknown_pr_and_unknown_base(tmp_path, own_tmp, capsys):
     root = _fake_checkout(tmp_path / "fg", copy_py=export.base_copy_text())
     line = _bad_input(tmp_path, own_tmp, capsys, root, "--pr", "nope")
     assert "unknown PR nope" in line
-    # a known pre-image, but the rest of the tree is no base the emulation knows
-    line = _bad_input(tmp_path, own_tmp, capsys, root, "--pr", "strided-copy")
+    # a known pre-image (the where PR's), but the rest of the tree is no base the
+    # emulation knows
+    import flag_gems
+
+    kept = Path(flag_gems.__file__).parent / "_overlay_preimages" / "ops" / "where.py"
+    (root / "src/flag_gems/ops").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(kept, root / "src/flag_gems/ops/where.py")
+    line = _bad_input(tmp_path, own_tmp, capsys, root, "--pr", "where")
     assert "copyfix.emulation does not know the FlagGems base" in line
 
 
