@@ -300,35 +300,6 @@ def test_copy_functional(layout):
     _assert_bits_equal(base, ref.as_strided((ref.numel(),), (1,)))
 
 
-# name: (template base shape, template view)
-TEMPLATES = {
-    "offset_view": ((4, 6), lambda t: t[1:, ::2]),
-    "empty_view": ((5,), lambda t: t[5:]),
-    "expanded": ((3,), lambda t: t.expand(2, 3)),
-    "expanded_permuted": ((3, 4, 1), lambda t: t.expand(3, 4, 5).permute(1, 0, 2)),
-}
-
-
-@pytest.mark.copy
-@pytest.mark.parametrize("name", list(TEMPLATES))
-def test_copy_functional_clones_template_as_aten(name):
-    # aten::copy copies src into a clone of the template: its whole storage, strides
-    # and offset, or, where it overlaps itself, dense in its dim order
-    base_shape, view = TEMPLATES[name]
-    host_base = _filled(base_shape, "cpu")
-    host_src = _host_values(view(host_base).shape, torch.float32)
-    ref = torch.ops.aten.copy.default(view(host_base), host_src)
-    base = host_base.to(DEVICE)
-    out = flag_gems.copy(view(base), host_src.to(DEVICE))
-    assert (out.shape, out.stride()) == (ref.shape, ref.stride())
-    assert out.storage_offset() == ref.storage_offset()
-    nbytes = ref.untyped_storage().nbytes()
-    assert out.untyped_storage().nbytes() == nbytes
-    whole = (nbytes // ref.element_size(),)
-    _assert_bits_equal(out.as_strided(whole, (1,), 0), ref.as_strided(whole, (1,), 0))
-    _assert_bits_equal(base, host_base)  # the template is read, not written
-
-
 @pytest.mark.copy_
 def test_copy_direct_call_with_sparse_source():
     # other ops call flag_gems.copy_ directly: a sparse source gets torch's error
