@@ -19,6 +19,10 @@ import flag_gems
 
 from . import accuracy_utils as utils
 
+pytestmark = pytest.mark.skipif(
+    flag_gems.vendor_name != "kunlunxin", reason="the KunlunXIN _to_copy"
+)
+
 LAYOUTS = {
     "contiguous": lambda t: t,
     "transpose": lambda t: torch.stack([t, t.flip(0)], 1).t(),

@@ -311,7 +311,7 @@ def test_measurement_counts_before_and_after(guard):
         assert summary["after_errors"] == 0
 
 
-PLAIN = "_to_copy_func_close_interleave"
+PLAIN = "_to_copy_func"
 
 
 def test_kunlunxin_kernels_compile_with_only_the_f32_bf16_store_left(guard, tmp_path):

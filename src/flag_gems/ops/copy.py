@@ -102,6 +102,12 @@ def triton_converts(src_dtype: torch.dtype, dst_dtype: torch.dtype) -> bool:
     return True
 
 
+def _expand_like(src: torch.Tensor, target_shape: torch.Size) -> torch.Tensor:
+    if src.shape == target_shape:
+        return src
+    return src.expand(target_shape)
+
+
 def kernel_for(dst: torch.Tensor, src: torch.Tensor):
     """The kernel that converts src to dst's dtype as torch does (copy_ and _to_copy)."""
     if dst.dtype == src.dtype:
@@ -182,20 +188,18 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
 
     logger.debug("GEMS COPY_")
 
-    if src.shape != dst.shape:
-        # (equal shapes are their own broadcast: torch.broadcast_shapes, Python
-        # code, would be the largest part of a small copy's host time)
-        try:
-            broadcast_shape = torch.broadcast_shapes(dst.shape, src.shape)
-        except RuntimeError as exc:
-            raise RuntimeError(str(exc)) from exc
+    try:
+        broadcast_shape = torch.broadcast_shapes(dst.shape, src.shape)
+    except RuntimeError as exc:
+        raise RuntimeError(str(exc)) from exc
 
-        if torch.Size(broadcast_shape) != dst.shape:
-            raise RuntimeError(
-                f"The broadcast shape {broadcast_shape} does not match destination shape {tuple(dst.shape)}"
-            )
-        src = src.expand(dst.shape)
+    if torch.Size(broadcast_shape) != dst.shape:
+        raise RuntimeError(
+            f"The broadcast shape {broadcast_shape} does not match destination shape {tuple(dst.shape)}"
+        )
 
-    overload = kernel_for(dst, src).instantiate(src.ndim)
-    overload(src, out0=dst)
+    expanded_src = _expand_like(src, dst.shape)
+
+    overload = kernel_for(dst, expanded_src).instantiate(expanded_src.ndim)
+    overload(expanded_src, out0=dst)
     return dst

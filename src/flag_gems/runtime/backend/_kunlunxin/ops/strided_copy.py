@@ -199,12 +199,14 @@ def runs_flat(dst: torch.Tensor, src: torch.Tensor) -> bool:
 
 def wrapped_number(value, dst: torch.Tensor) -> torch.Tensor:
     """`Tensor.copy_(3.7)` hands a Python kernel the number itself. Convert it on
-    the host from float64/int64/bool as aten does, and broadcast it on dst's device."""
+    the host from float64, complex128, int64 or bool as aten does, and broadcast
+    it on dst's device."""
     if not isinstance(value, (bool, int, float, complex)):
         raise TypeError(
             f"copy_(): argument 'src' must be Tensor, not {type(value).__name__}"
         )
-    src = torch.tensor(value, dtype=torch.float64 if isinstance(value, float) else None)
+    wide = {float: torch.float64, complex: torch.complex128}.get(type(value))
+    src = torch.tensor(value, dtype=wide)
     if src.is_complex() or dst.dtype not in _TRITON_DTYPES:
         return src  # (the fallback converts it)
     return src.to(dst.dtype).to(dst.device)

@@ -32,8 +32,7 @@ _FALLBACK_KEYSET = torch._C.DispatchKeySet(
 
 _FLOAT8_E8M0FNU = getattr(torch, "float8_e8m0fnu", None)
 
-# bfloat16 on either side of a conversion: the backend's codegen config with the XPU
-# interleave pass off.
+# a bfloat16 source: the backend's codegen config with the XPU interleave pass off.
 close_interleave_config = dataclasses.replace(
     get_codegen_config(), isCloseInterleave=True
 )
@@ -76,7 +75,7 @@ def _kernel_for(src_dtype: torch.dtype, dst_dtype: torch.dtype):
     kernel = conversion_kernel(src_dtype, dst_dtype)
     if kernel is not None:
         return kernel
-    if torch.bfloat16 in (src_dtype, dst_dtype):
+    if src_dtype == torch.bfloat16:
         return _to_copy_func_close_interleave
     return _to_copy_func
 
