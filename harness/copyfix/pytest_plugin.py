@@ -5,7 +5,7 @@ Loaded from pyproject's addopts (`-p copyfix.pytest_plugin`). It
 * activates the emulation before any test module imports flag_gems;
 * runs every test outside ``tests/harness/`` (the PR tests and the PR benchmark) with
   the KunlunXIN device model on (``emulation.xpu_device_model()``: aten's strided copy
-  missing for every caller in cuda mode; the narrower fault of cpu mode, see
+  missing for every caller in the cuda emulation; the narrower fault of the cpu emulation, see
   ``copyfix.emulation.faults``), unless ``--xpu-model=off``;
 * gives the PR test files what an upstream checkout gives them: the ``--ref`` and
   ``--quick`` options of upstream's ``tests/conftest.py`` and a ``tests.accuracy_utils``
@@ -51,9 +51,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    emulation.activate(
-        config.getoption("--emulation") or os.environ.get(emulation.ENV_MODE)
-    )
+    emulation.activate(config.getoption("--emulation"))
     accuracy_utils.TO_CPU = config.getoption("--ref") == "cpu"
     accuracy_utils.QUICK_MODE = bool(config.getoption("--quick"))
     if not (Path(config.rootpath) / "tests" / "accuracy_utils.py").exists():
@@ -98,7 +96,7 @@ def pytest_runtest_call(item):
     if not _under_model(item):
         yield
         return
-    # a benchmark computes no reference: in cpu mode the whole model can go on the CPU
+    # a benchmark computes no reference: in the cpu emulation the whole model can go on the CPU
     # key (see copyfix.emulation.faults); the PR tests get the mode's default model
     benchmark = Path(item.path).resolve().parent.name == "benchmark"
     cpu_whole = benchmark and emulation.MODE == "cpu"

@@ -148,7 +148,7 @@ def fp32_rounding_cases():
 def test_activate_is_idempotent_and_reports():
     assert emulation.activate() == MODE
     assert emulation.activate(MODE) == MODE
-    assert emulation.current_mode() == MODE == emulation.MODE
+    assert MODE == emulation.MODE
     other = next(m for m in emulation.MODES if m != MODE)
     with pytest.raises(RuntimeError, match="already active"):
         emulation.activate(other)
@@ -479,12 +479,12 @@ def test_base_copy_module_without_overlay_is_the_installed_module(monkeypatch):
 def test_activate_refuses_versions_it_was_not_written_for(monkeypatch, lib, fake):
     real = emulation._installed_versions()
     monkeypatch.setattr(emulation, "_installed_versions", lambda: {**real, lib: fake})
-    monkeypatch.setattr(emulation, "MODE", None)
+    monkeypatch.setattr(emulation.state, "MODE", None)
     with pytest.raises(
         RuntimeError, match=rf"refuses to run.*{lib} {re.escape(fake)} \(written for"
     ):
         emulation.activate("cpu")
-    assert emulation.MODE is None
+    assert emulation.state.MODE is None
 
 
 def test_version_check_accepts_the_supported_versions(monkeypatch):
@@ -582,7 +582,7 @@ def test_xpu_launch_options_are_stripped_only_when_undeclared():
         "isOpenCmpNan": True,
         "unroll_num": 2,
         "tile_size": 64,
-        # the ones the pattern misses (issue 56)
+        # the ones the pattern misses
         "is_use_mask_zero": True,
         "isCLOSE_TTXPU_O_ATOMIC_SIM": True,
         "groups_per_cluster": 4,
@@ -661,7 +661,7 @@ def test_kunlunxin_matmuls_run_with_generated_configs(op, fn):
     ],
 )
 def test_kunlunxin_ops_the_decode_reaches_match_torch(op, fn):
-    # (issue 56: each needed a shim in cpu mode: the libdevice stand-ins, dtype and
+    # (each needed a shim in cpu mode: the libdevice stand-ins, dtype and
     # bool arguments, where's device pick, the CPU device object)
     x = torch.randn(4, 33, generator=torch.Generator().manual_seed(1)).to(DEV)
     with flag_gems.use_gems(include=[op]):

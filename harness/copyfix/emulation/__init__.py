@@ -5,20 +5,24 @@ Harness code, not part of the upstream PR.
 Modes
 -----
 ``native``
-    A KunlunXIN XPU is present: nothing is patched, FlagGems runs as shipped.
+    A real KunlunXIN XPU is present: nothing is patched, FlagGems runs as shipped.
 ``cuda``
-    Stock Triton on an NVIDIA GPU with ``GEMS_VENDOR=kunlunxin``.  Only what stock
-    Triton cannot accept from the kunlunxin sources is patched (:mod:`.shims`): the
-    missing ``triton.language.extra.xpu.libdevice`` module,
+    The cuda emulation: stock Triton on an NVIDIA GPU with ``GEMS_VENDOR=kunlunxin``.
+    Only what stock Triton cannot accept from the kunlunxin sources is patched
+    (:mod:`.shims`): the missing ``triton.language.extra.xpu.libdevice`` module,
     ``triton.autotune(generate_configs=...)`` and the XPU-only launch options
     (``buffer_size_limit=...``, ``isClose*=...``).
 ``cpu``
-    ``TRITON_INTERPRET=1`` on CPU tensors with ``GEMS_VENDOR=kunlunxin``.  In addition
-    to the shims, the Triton interpreter is made acceptable to FlagGems and converts
-    as compiled Triton does (:mod:`.interpreter`).  ``COPYFIX_CPU_VENDOR=nvidia`` runs
-    FlagGems' default (NVIDIA) backend there instead: the vendor-neutral patches only
-    (no shims, no XPU launch options dropped; the KunlunXIN toolchain model covers
-    KunlunXIN code only, so none of its faults).
+    The cpu emulation: ``TRITON_INTERPRET=1`` on CPU tensors with
+    ``GEMS_VENDOR=kunlunxin``.  In addition to the shims, the Triton interpreter is made
+    acceptable to FlagGems and converts as compiled Triton does (:mod:`.interpreter`).
+    ``COPYFIX_CPU_VENDOR=nvidia`` runs FlagGems' own NVIDIA backend there instead: the
+    vendor-neutral patches only (no shims, no XPU launch options dropped; the KunlunXIN
+    toolchain model covers KunlunXIN code only, so none of its faults).
+
+The mode is one value: :func:`activate` alone reads ``COPYFIX_EMULATION``,
+``COPYFIX_CPU_VENDOR`` and ``GEMS_VENDOR``; everything else asks :data:`MODE`,
+:data:`CPU_VENDOR`, :data:`GEMS_VENDOR` and :data:`BASE` (kept in :mod:`.state`).
 
 Call :func:`activate` *before* ``import flag_gems``.
 
@@ -26,9 +30,10 @@ Modules
 -------
 this one        versions and activation: which libraries and FlagGems bases the
                 patches were written for, and the mode switch
+:mod:`.state`       the active mode, read by every other module
 :mod:`.shims`       stock-Triton shims for the kunlunxin sources (cpu and cuda)
-:mod:`.interpreter` the cpu-mode patches of Triton's interpreter, torch and FlagGems
-:mod:`.xpu_libdevice` cpu-mode interpreter stand-ins for KunlunXIN libdevice functions
+:mod:`.interpreter` the cpu emulation's patches of Triton's interpreter, torch and FlagGems
+:mod:`.xpu_libdevice` the cpu emulation's interpreter stand-ins for KunlunXIN libdevice functions
 :mod:`.faults`      the device fault model (:func:`xpu_device_model`, :func:`xpu_fallback_failure`)
 :mod:`.kunlunxin`   the kunlunxin copy module FlagGems dispatches to, and the base one
 
@@ -54,13 +59,11 @@ import shutil
 import sys
 from pathlib import Path
 
-MODES = ("cpu", "cuda", "native")
-ENV_MODE = "COPYFIX_EMULATION"
-# The FlagGems backend the cpu mode runs: kunlunxin (the default, what the emulation is
-# for) or nvidia (FlagGems' default backend and its generic pointwise_dynamic codegen on
-# the same interpreter, for a check of the generic path: `make test`'s tiny decode).
-CPU_VENDORS = ("kunlunxin", "nvidia")
-ENV_CPU_VENDOR = "COPYFIX_CPU_VENDOR"
+from . import interpreter, shims, state
+from .faults import xpu_device_model, xpu_fallback_failure  # noqa: F401
+from .interpreter import aten_copy_kernel, cpu_dispatch  # noqa: F401
+from .kunlunxin import base_copy_module, copy_module  # noqa: F401
+from .state import CPU_VENDORS, ENV_CPU_VENDOR, ENV_MODE, MODES, require  # noqa: F401
 
 # Versions the patches were written for and checked against.  A version is accepted
 # when its public part (before any "+local" suffix) starts with one of the prefixes.
@@ -96,9 +99,12 @@ _CHECKED_IN_MODE = {
     "native": (),
 }
 
-MODE: str | None = None
-CPU_VENDOR: str | None = None  # the cpu mode's GEMS_VENDOR (a CPU_VENDORS entry)
-BASE: str | None = None  # the FlagGems base activate() found (a key of FLAGGEMS_BASES)
+
+def __getattr__(name: str):
+    """``MODE``, ``CPU_VENDOR``, ``GEMS_VENDOR``, ``BASE``: :mod:`.state`'s, as now."""
+    if name in ("MODE", "CPU_VENDOR", "GEMS_VENDOR", "BASE"):
+        return getattr(state, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --------------------------------------------------------------------------- versions
@@ -192,7 +198,7 @@ def _installed_versions() -> dict[str, str]:
 
 def versions() -> dict[str, str | None]:
     """torch / triton / flag_gems (base) versions and the active emulation mode."""
-    return {**_installed_versions(), "mode": MODE}
+    return {**_installed_versions(), "mode": state.MODE}
 
 
 def _check_versions(mode: str) -> str | None:
@@ -237,31 +243,31 @@ def _detect_mode() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def current_mode() -> str | None:
-    return MODE
-
-
-def activate(mode: str | None = None) -> str:
+def activate(mode: str | None = None, *, detect: bool = True) -> str | None:
     """Select and set up the emulation mode; call before ``import flag_gems``.
 
     ``mode`` is "cpu", "cuda" or "native"; None means ``$COPYFIX_EMULATION`` if set,
     else "native" when a KunlunXIN XPU is present, else "cuda" when torch sees a CUDA
-    GPU, else "cpu".  Idempotent: a second call with the same (or no) mode returns the
-    active mode; asking for another mode raises.  Returns the mode.
+    GPU, else "cpu" (with ``detect`` False: no emulation at all, None returned, where
+    neither ``mode`` nor ``$COPYFIX_EMULATION`` asks for one).  Idempotent: a second
+    call with the same (or no) mode returns the active mode; asking for another mode
+    raises.  Returns the mode.
 
-    In cpu mode this ends by importing flag_gems (the LibEntry patch needs the class).
+    In the cpu emulation this ends by importing flag_gems (the LibEntry patch needs the class).
     """
-    global MODE, BASE, CPU_VENDOR
     if mode is None:
-        mode = MODE or os.environ.get(ENV_MODE) or _detect_mode()
+        mode = state.MODE or os.environ.get(ENV_MODE)
+        if not mode and not detect:
+            return None
+        mode = mode or _detect_mode()
     if mode not in MODES:
         raise ValueError(f"unknown emulation mode {mode!r}; expected one of {MODES}")
-    if MODE is not None:
-        if mode != MODE:
+    if state.MODE is not None:
+        if mode != state.MODE:
             raise RuntimeError(
-                f"emulation already active in {MODE!r} mode; cannot switch to {mode!r}"
+                f"emulation already active in {state.MODE!r} mode; cannot switch to {mode!r}"
             )
-        return MODE
+        return state.MODE
     if mode == "cpu":
         interpreter.import_triton_uninterpreted()  # (before _check_versions imports it)
     base = _check_versions(mode)
@@ -281,7 +287,7 @@ def activate(mode: str | None = None) -> str:
             xpu_libdevice.install(sys.modules["triton.language.extra.xpu.libdevice"])
         interpreter.patch_torch_cpu()
         interpreter.patch_flag_gems_cpu(base)
-        CPU_VENDOR = vendor
+        state.CPU_VENDOR = vendor
     elif mode == "cuda":
         import triton
 
@@ -292,32 +298,20 @@ def activate(mode: str | None = None) -> str:
         os.environ["GEMS_VENDOR"] = "kunlunxin"
         shims.patch_triton_common()
         shims.patch_triton_jit_run()
-    BASE = base
-    MODE = mode
+    state.GEMS_VENDOR = os.environ.get("GEMS_VENDOR")
+    state.BASE = base
+    state.MODE = mode
     return mode
 
 
 def cpu_vendor() -> str:
-    """The backend the cpu mode runs: ``$COPYFIX_CPU_VENDOR`` (default kunlunxin)."""
+    """The backend the cpu emulation runs: ``$COPYFIX_CPU_VENDOR`` (default kunlunxin)."""
     vendor = os.environ.get(ENV_CPU_VENDOR) or "kunlunxin"
     if vendor not in CPU_VENDORS:
         raise ValueError(
             f"unknown {ENV_CPU_VENDOR}={vendor!r}; expected one of {CPU_VENDORS}"
         )
     return vendor
-
-
-def require(*modes: str) -> str:
-    """The active mode; raises unless activate() ran (and, given modes, picked one)."""
-    if MODE is None:
-        raise RuntimeError(
-            "call copyfix.emulation.activate() first (before importing flag_gems)"
-        )
-    if modes and MODE not in modes:
-        raise RuntimeError(
-            f"not available in {MODE!r} mode (only in {', '.join(modes)})"
-        )
-    return MODE
 
 
 def cache_dir() -> Path:
@@ -327,16 +321,9 @@ def cache_dir() -> Path:
 
 
 def device() -> str:
-    """Device string for tensors under test: "cpu" in cpu mode, else flag_gems.device."""
+    """Device string for tensors under test: "cpu" in the cpu emulation, else flag_gems.device."""
     if require() == "cpu":
         return "cpu"
     import flag_gems
 
     return flag_gems.device
-
-
-# The submodules read MODE through require() at call time, so they come after it.
-from . import interpreter, shims  # noqa: E402
-from .faults import xpu_device_model, xpu_fallback_failure  # noqa: E402, F401
-from .interpreter import cpu_dispatch  # noqa: E402, F401
-from .kunlunxin import base_copy_module, copy_module  # noqa: E402, F401

@@ -22,7 +22,7 @@ The rules this model keeps (each has a test in tests/harness/test_device_model.p
    memcpy of contiguous buffers and stages anything else through ``.contiguous()`` /
    ``dst.copy_(staging)`` on the device, which are device copies dispatched again: those
    inner copies meet rule 1.  So ``strided.cpu()`` faults on the device side, as on the XPU,
-   and ``contiguous.cpu()`` runs.  (In cpu mode there is no second device: see below.)
+   and ``contiguous.cpu()`` runs.  (In the cpu emulation there is no second device: see below.)
 4. **FlagGems takes the copy when it is registered.**  The model is a kernel for
    ``aten::copy_`` on the device's dispatch key.  ``flag_gems.use_gems()``/``enable()``
    register FlagGems' ``copy_`` on the same key later, and the dispatcher uses the most
@@ -37,7 +37,7 @@ it reached aten, both layouts, the FlagGems op and the caller's line that led th
 :func:`fault_entry`) and let aten run it, so a whole run lists every such copy instead
 of stopping at the first.
 
-cpu mode keeps a narrower fault (:func:`xpu_fallback_failure`): there the emulated device
+The cpu emulation keeps a narrower fault (:func:`xpu_fallback_failure`): there the emulated device
 and the host that holds the references are the same CPU, so faulting every CPU copy
 would break the references and torch itself.  Only FlagGems' fallback (the redispatch)
 is faulted there.  :func:`xpu_device_model` with ``device_type="cpu"`` installs the whole
@@ -49,6 +49,8 @@ from __future__ import annotations
 import contextlib
 import sys
 from typing import Iterator
+
+from . import state
 
 _WHY = (
     "[copyfix model of KunlunXIN: aten's strided (non-contiguous) copy kernel is missing "
@@ -147,11 +149,16 @@ def _frame_label(frame) -> str:
 def fault_entry(dst, src, via: str) -> dict:
     """What a recording model lists for one faulting copy: ``via`` ("dispatch": a
     copy_ dispatched to the device key, e.g. torch's clone/contiguous; "redispatch":
-    FlagGems' own fallback), both layouts, ``op``: the outermost FlagGems frame (the
-    op torch dispatched to, None if FlagGems is not on the stack), and ``call_site``:
-    the innermost frame outside torch, FlagGems and the emulation."""
+    FlagGems' own fallback) and :func:`call_entry`."""
+    return {"via": via, **call_entry(dst, src, sys._getframe(1))}
+
+
+def call_entry(dst, src, frame) -> dict:
+    """One copy seen from ``frame`` (its caller's): ``op``, the outermost FlagGems
+    frame (the op torch dispatched to, None if FlagGems is not on the stack),
+    ``call_site``, the innermost frame outside torch, FlagGems and the emulation, and
+    both layouts."""
     op = call_site = None
-    frame = sys._getframe(1)
     while frame is not None:
         path = frame.f_code.co_filename
         if "/flag_gems/" in path:
@@ -159,16 +166,12 @@ def fault_entry(dst, src, via: str) -> dict:
         elif call_site is None and not any(m in path for m in _MACHINERY):
             call_site = _frame_label(frame)
         frame = frame.f_back
-    return {
-        "via": via,
-        "op": op,
-        "call_site": call_site,
-        "dst": _layout(dst),
-        "src": _layout(src),
-    }
+    return {"op": op, "call_site": call_site, "dst": _layout(dst), "src": _layout(src)}
 
 
 def _layout(t) -> dict:
+    if not hasattr(t, "stride"):  # (a Python number given to copy_)
+        return {"scalar": type(t).__name__}
     return {
         "shape": list(t.shape),
         "stride": list(t.stride()),
@@ -184,9 +187,7 @@ def _fault(dst, src, via: str, record: list | None) -> None:
 
 
 def _device_type() -> str:
-    from . import require
-
-    return "cpu" if require() == "cpu" else "cuda"
+    return "cpu" if state.require() == "cpu" else "cuda"
 
 
 class _FaultyHandle:
@@ -234,7 +235,7 @@ def xpu_fallback_failure(
     device_type: str | None = None, record: list | None = None
 ) -> Iterator[None]:
     """The narrow fault: only ``aten::copy_`` reached by ``redispatch`` (FlagGems'
-    fallback) follows the model's rules.  What cpu mode runs its suites with.
+    fallback) follows the model's rules.  What the cpu emulation runs its suites with.
     ``record``: list the faulting copies there and run them (see the module text)."""
     with _faulty_redispatch(device_type or _device_type(), record):
         yield
@@ -246,7 +247,7 @@ def xpu_device_model(
 ) -> Iterator[None]:
     """The whole model (rules 1-4) for every caller, while open.
 
-    ``device_type`` defaults to the emulated device: "cuda" in cuda mode.  In cpu mode the
+    ``device_type`` defaults to the emulated device: "cuda" in the cuda emulation.  In the cpu emulation the
     default is the narrow fault (see the module text); pass "cpu" to install the whole
     model on the CPU key for a scope that computes no reference inside it.
     ``record``: a list that receives one :func:`fault_entry` per copy the model would

@@ -1,4 +1,4 @@
-"""cpu mode: the kunlunxin code path on Triton's interpreter, on CPU tensors.
+"""The cpu emulation: the kunlunxin code path on Triton's interpreter, on CPU tensors.
 
 (``COPYFIX_CPU_VENDOR=nvidia``: FlagGems' default backend on the same interpreter, with
 the vendor-neutral patches only; see :func:`patch_triton_interpreter`.)
@@ -24,9 +24,12 @@ import warnings
 from pathlib import Path
 from typing import Iterator
 
-from . import require, toolchain
+import numpy as np
+
+from . import toolchain
 from .kunlunxin import KUNLUNXIN_COPY_MODULE, _check_copy_module, copy_module
 from .shims import strip_xpu_launch_options
+from .state import require
 
 _state = threading.local()  # .staging > 0 while the interpreter writes results back
 # Triton's interpreter patches triton.language module-wide while it runs a grid
@@ -167,7 +170,7 @@ def import_triton_uninterpreted() -> None:
     """Import Triton with TRITON_INTERPRET unset, before anything else imports it.
 
     A child process (an xdist worker) inherits TRITON_INTERPRET=1 from a parent whose
-    cpu-mode activation set it. Set at `import triton`, it turns Triton's own @jit
+    cpu emulation's activation set it. Set at `import triton`, it turns Triton's own @jit
     library functions into stock InterpretedFunction objects, which the JITFunction
     stand-in of patch_triton_interpreter cannot reference ("Unsupported function
     referenced"). setup_cpu_environment sets it again afterwards.
@@ -198,32 +201,46 @@ def setup_cpu_environment(vendor: str = "kunlunxin") -> None:
 
 
 def patch_triton_interpreter(vendor: str = "kunlunxin") -> None:
-    """Every patch below is vendor-neutral (the interpreter made to run FlagGems as
-    compiled Triton would) except the XPU launch options dropped at each launch, which
-    only the kunlunxin sources pass: under ``vendor`` nvidia an unknown option fails
-    as it would on compiled Triton."""
-    import numpy as np
-    import torch
-    import triton.language as tl
+    """Triton's interpreter made to run FlagGems as compiled Triton would: the patches
+    below, in this order, vendor-neutral but for the XPU launch options dropped (only
+    the kunlunxin sources pass them) and triton.language's repatching skipped."""
     from triton.runtime import interpreter
-    from triton.runtime.jit import JITFunction
 
     if getattr(interpreter, "_copyfix_patched", False):
         return
-    StockInterpretedFunction = interpreter.InterpretedFunction
-    strips_xpu_options = vendor == "kunlunxin"
+    stock = interpreter.InterpretedFunction
+    _jit_function_on_the_interpreter(interpreter, stock, vendor == "kunlunxin")
+    if _triton_version() >= (3, 6):
+        _library_jit_calls_inside_a_launch(stock)
+    _patch_lang_of_device_functions(
+        interpreter, vendor != "kunlunxin" and hasattr(interpreter, "_LangPatchScope")
+    )
+    _casts_as_compiled_triton(interpreter)
+    _storage_self_copies_left_alone()
+    _write_back_staged(interpreter)
+    _strided_buffers_pass_through(interpreter)
+    if _triton_version() < (3, 3):
+        _only_scalars_branch(interpreter)
+    if _triton_version() >= (3, 6):
+        _bool_and_float_arguments_as_compiled(interpreter)
+    interpreter._copyfix_patched = True
 
-    # --- triton 3.6.0 runtime/jit.py jit(): under TRITON_INTERPRET=1 it returns
-    # `interpreter.InterpretedFunction(fn, **options)` (looked up in the interpreter
-    # module at decoration time), which is not a JITFunction.  flag_gems 5.0.2 asserts
-    # isinstance(fn, JITFunction) (pointwise_dynamic, LibEntry) and reads cache_key,
-    # params, arg_names, __globals__.  This JITFunction subclass gets all of those from
-    # JITFunction.__init__ (which compiles nothing) and runs every launch and device
-    # call on the stock interpreter object.
+
+# --- triton 3.6.0 runtime/jit.py jit(): under TRITON_INTERPRET=1 it returns
+# `interpreter.InterpretedFunction(fn, **options)` (looked up in the interpreter
+# module at decoration time), which is not a JITFunction.  flag_gems 5.0.2 asserts
+# isinstance(fn, JITFunction) (pointwise_dynamic, LibEntry) and reads cache_key,
+# params, arg_names, __globals__.  This JITFunction subclass gets all of those from
+# JITFunction.__init__ (which compiles nothing) and runs every launch and device
+# call on the stock interpreter object.
+def _jit_function_on_the_interpreter(interpreter, stock, strips_xpu_options) -> None:
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+
     class InterpretedJITFunction(JITFunction):
         def __init__(self, fn, **options):
             super().__init__(fn, **options)
-            self.interpreted = StockInterpretedFunction(fn, **options)
+            self.interpreted = stock(fn, **options)
             # 3.6's interpreter runs the pre-run hooks itself (one shared list);
             # before 3.6 it has none, and this object runs JITFunction's own list
             # as compiled Triton's JITFunction.run does
@@ -277,43 +294,61 @@ def patch_triton_interpreter(vendor: str = "kunlunxin") -> None:
 
     interpreter.InterpretedFunction = InterpretedJITFunction
 
-    # --- triton 3.6.0 runtime/jit.py JITFunction.__call__ raises "Cannot call
-    # @triton.jit'd outside of the scope of a kernel" (patched on 3.6 only: the
-    # Triton matrix, 3.0-3.5, was checked without it).  Triton is imported without
-    # TRITON_INTERPRET (import_triton_uninterpreted), so its own @jit library functions
-    # (language/standard.py: tl.cdiv, tl.sum, tl.sigmoid, ...) are plain
-    # JITFunctions, not the stock InterpretedFunctions an interpreted import would
-    # make; a kernel calling one (the generic pointwise_dynamic's kernels call tl.cdiv
-    # in every launch) fails on the interpreter where compiled Triton inlines it.
-    # Inside an interpreted launch (and only there) such a call runs the function on
-    # the stock interpreter, as an interpreted import would; outside one it raises as
-    # before: what compiled Triton does, so no device failure is hidden.  Both
-    # variants: the kunlunxin reductions (sum, mean, any) and isin call Triton's
-    # library functions (tl.sum, tl.cdiv, ...) the same way.
-    if _triton_version() >= (3, 6) and not getattr(
-        JITFunction.__call__, "_copyfix_patched", False
-    ):
-        stock_jit_call = JITFunction.__call__
 
-        def jit_call(self, *args, **kwargs):
-            if not getattr(_state, "grids", 0):
-                return stock_jit_call(self, *args, **kwargs)
-            interpreted = self.__dict__.get("_copyfix_interpreted")
-            if interpreted is None:
-                interpreted = StockInterpretedFunction(self.fn)
-                self._copyfix_interpreted = interpreted
-            return interpreted(*args, **kwargs)
+# --- triton 3.6.0 runtime/jit.py JITFunction.__call__ raises "Cannot call
+# @triton.jit'd outside of the scope of a kernel" (patched on 3.6 only: the
+# Triton matrix, 3.0-3.5, was checked without it).  Triton is imported without
+# TRITON_INTERPRET (import_triton_uninterpreted), so its own @jit library functions
+# (language/standard.py: tl.cdiv, tl.sum, tl.sigmoid, ...) are plain
+# JITFunctions, not the stock InterpretedFunctions an interpreted import would
+# make; a kernel calling one (the generic pointwise_dynamic's kernels call tl.cdiv
+# in every launch) fails on the interpreter where compiled Triton inlines it.
+# Inside an interpreted launch (and only there) such a call runs the function on
+# the stock interpreter, as an interpreted import would; outside one it raises as
+# before: what compiled Triton does, so no device failure is hidden.  Both
+# variants: the kunlunxin reductions (sum, mean, any) and isin call Triton's
+# library functions (tl.sum, tl.cdiv, ...) the same way.
+def _library_jit_calls_inside_a_launch(stock) -> None:
+    from triton.runtime.jit import JITFunction
 
-        jit_call._copyfix_patched = True
-        jit_call.__wrapped__ = stock_jit_call
-        JITFunction.__call__ = jit_call
+    if getattr(JITFunction.__call__, "_copyfix_patched", False):
+        return
+    stock_jit_call = JITFunction.__call__
 
-    # --- triton 3.6.0 runtime/interpreter.py _patch_lang(fn): asserts that
-    # triton.language is a global of every interpreted function, device functions
-    # included.  kunlunxin ops/copy.py's scalar function `_copy_kernel(src)` lives in a
-    # module that imports only `triton`.  It is only ever called from inside a kernel,
-    # whose own _patch_lang already patched the (shared) triton.language module, so
-    # there is nothing left to patch: return an empty scope instead of asserting.
+    def jit_call(self, *args, **kwargs):
+        if not getattr(_state, "grids", 0):
+            return stock_jit_call(self, *args, **kwargs)
+        interpreted = self.__dict__.get("_copyfix_interpreted")
+        if interpreted is None:
+            interpreted = stock(self.fn)
+            self._copyfix_interpreted = interpreted
+        return interpreted(*args, **kwargs)
+
+    jit_call._copyfix_patched = True
+    jit_call.__wrapped__ = stock_jit_call
+    JITFunction.__call__ = jit_call
+
+
+# --- triton 3.6.0 runtime/interpreter.py _patch_lang(fn): asserts that
+# triton.language is a global of every interpreted function, device functions
+# included.  kunlunxin ops/copy.py's scalar function `_copy_kernel(src)` lives in a
+# module that imports only `triton`.  It is only ever called from inside a kernel,
+# whose own _patch_lang already patched the (shared) triton.language module, so
+# there is nothing left to patch: return an empty scope instead of asserting.
+#
+# --- (same function, triton 3.6.0) the stock interpreter patches triton.language
+# again at every device-function call (InterpretedFunction.__call__), with the same
+# interpreted members the running grid's own _patch_lang set, and never restores a
+# device call's patches (it drops the scope): pure repetition, about half of the
+# nvidia variant's tiny decode (flag_gems ops/isin.py calls a device function in a
+# loop; a generate took 19 s with it, 10 s without).  With ``skips_repatching``,
+# within one interpreted launch, a module the launch already patched
+# (triton.language or triton.language.core) is not patched again; the launch's own
+# scope restores it at the end as before.  nvidia variant on 3.6 only (the kunlunxin
+# variant and the Triton matrix were checked without it).
+def _patch_lang_of_device_functions(interpreter, skips_repatching: bool) -> None:
+    import triton.language as tl
+
     stock_patch_lang = interpreter._patch_lang
 
     def _patch_lang(fn):
@@ -335,52 +370,45 @@ def patch_triton_interpreter(vendor: str = "kunlunxin") -> None:
             _state.patched_langs |= langs
         return stock_patch_lang(types.SimpleNamespace(__globals__=modules))
 
-    # --- (same function, triton 3.6.0) the stock interpreter patches triton.language
-    # again at every device-function call (InterpretedFunction.__call__), with the same
-    # interpreted members the running grid's own _patch_lang set, and never restores a
-    # device call's patches (it drops the scope): pure repetition, about half of the
-    # nvidia variant's tiny decode (flag_gems ops/isin.py calls a device function in a
-    # loop; a generate took 19 s with it, 10 s without).  Within one interpreted
-    # launch, a module the launch already patched (triton.language or
-    # triton.language.core) is not patched again; the launch's own scope restores it
-    # at the end as before.  nvidia variant on 3.6 only (the kunlunxin variant and the
-    # Triton matrix were checked without it).
-    skips_repatching = vendor != "kunlunxin" and hasattr(interpreter, "_LangPatchScope")
-
     interpreter._patch_lang = _patch_lang
 
-    # --- triton 3.6.0 runtime/interpreter.py InterpreterBuilder.cast_impl: bfloat16 is
-    # held as uint16 bit patterns; fp32->bf16 truncates (`_convert_float` with no
-    # rounding), every other X->bf16 / bf16->X runs numpy astype on the raw bits
-    # (garbage), and bf16->fp32 maps bf16 subnormals wrongly.  Compiled Triton 3.6
-    # (NVIDIA lowering, measured on the H200: results/conversions_h200.json,
-    # docs/COPY_REPORT.md "Conversions") rounds every conversion into bf16 ONCE, to
-    # nearest even, from the exact source value: int->bf16 is one rounding of the
-    # integer (cvt.rn.bf16.s32/s64), not int->fp32->bf16 as torch does.  Replace the
-    # bf16 cases with exact arithmetic; everything else stays with the stock
-    # implementation (numpy astype), whose results for the other pairs match compiled
-    # Triton wherever C defines the conversion (same docs section; pinned by
-    # tests/harness/test_conversions.py).
-    stock_cast_impl = interpreter.InterpreterBuilder.cast_impl
 
-    # --- Compiled Triton 3.6 also folds an integer -> float32 conversion followed by a
-    # truncation to a 16-bit float into ONE conversion (MLIR's arith canonicalization
-    # truncf(sitofp(x)) -> sitofp(x), and uitofp alike): `x.to(tl.float32)` stored into
-    # a bf16 pointer rounds the integer once, as the H200 shows ("via_fp32" in
-    # results/conversions_h200.json).  The interpreter runs the two steps apart, so an
-    # integer's float32 handle remembers the integers it came from, and a truncation
-    # of that very handle converts them directly.
-    fold_key = "copyfix_int_to_fp32_origin"
+# --- triton 3.6.0 runtime/interpreter.py InterpreterBuilder.cast_impl: bfloat16 is
+# held as uint16 bit patterns; fp32->bf16 truncates (`_convert_float` with no
+# rounding), every other X->bf16 / bf16->X runs numpy astype on the raw bits
+# (garbage), and bf16->fp32 maps bf16 subnormals wrongly.  Compiled Triton 3.6
+# (NVIDIA lowering, measured on the H200: results/conversions_h200.json,
+# docs/COPY_REPORT.md "Conversions") rounds every conversion into bf16 ONCE, to
+# nearest even, from the exact source value: int->bf16 is one rounding of the
+# integer (cvt.rn.bf16.s32/s64), not int->fp32->bf16 as torch does.  Replace the
+# bf16 cases with exact arithmetic; everything else stays with the stock
+# implementation (numpy astype), whose results for the other pairs match compiled
+# Triton wherever C defines the conversion (same docs section; pinned by
+# tests/harness/test_conversions.py).
+#
+# Compiled Triton 3.6 also folds an integer -> float32 conversion followed by a
+# truncation to a 16-bit float into ONE conversion (MLIR's arith canonicalization
+# truncf(sitofp(x)) -> sitofp(x), and uitofp alike): `x.to(tl.float32)` stored into
+# a bf16 pointer rounds the integer once, as the H200 shows ("via_fp32" in
+# results/conversions_h200.json).  The interpreter runs the two steps apart, so an
+# integer's float32 handle remembers the integers it came from, and a truncation
+# of that very handle converts them directly.
+#
+# The KunlunXIN toolchain's conversion faults (copyfix.emulation.toolchain): each
+# conversion is checked as compiled Triton emits it, after the fold above; a float16
+# widened to float32 in the kernel still counts as float16 (Triton's semantic sends
+# fp16 -> bf16 through float32).  A literal of the kernel's source (`x != 0`)
+# reaches the interpreter as a constant of the builder's (get_int32 & co.), which
+# the interpreter then converts at run time; a compiler folds it into a constant of
+# the other type, so its conversions are not checked: the builder's constants (and
+# their splats, broadcasts and expansions) carry a mark.
+def _casts_as_compiled_triton(interpreter) -> None:
+    import triton.language as tl
 
-    # --- The KunlunXIN toolchain's conversion faults (copyfix.emulation.toolchain): each
-    # conversion is checked as compiled Triton emits it, after the fold above; a float16
-    # widened to float32 in the kernel still counts as float16 (Triton's semantic sends
-    # fp16 -> bf16 through float32).
-    # A literal of the kernel's source (`x != 0`) reaches the interpreter as a constant
-    # of the builder's (get_int32 & co.), which the interpreter then converts at run
-    # time; a compiler folds it into a constant of the other type, so its conversions
-    # are not checked.
-    fp16_key, constant_key = "copyfix_fp16_origin", "copyfix_constant"
+    builder = interpreter.InterpreterBuilder
+    stock_cast_impl = builder.cast_impl
+    fold_key, fp16_key = "copyfix_int_to_fp32_origin", "copyfix_fp16_origin"
+    constant_key = "copyfix_constant"
 
     def cast_impl(self, src, dst_type):
         src_ty, dst_ty = src.dtype.scalar, dst_type.scalar
@@ -424,7 +452,7 @@ def patch_triton_interpreter(vendor: str = "kunlunxin") -> None:
             )
         return stock_cast_impl(self, src, dst_type)
 
-    interpreter.InterpreterBuilder.cast_impl = cast_impl
+    builder.cast_impl = cast_impl
 
     def _constant(get):
         def constant(self, value):
@@ -444,43 +472,37 @@ def patch_triton_interpreter(vendor: str = "kunlunxin") -> None:
 
         return keeps
 
-    for name in dir(interpreter.InterpreterBuilder):
+    for name in dir(builder):
         if re.fullmatch(r"get_(u?int\d+|fp\d+|bf16|null_value|all_ones_value)", name):
-            get = getattr(interpreter.InterpreterBuilder, name)
-            setattr(interpreter.InterpreterBuilder, name, _constant(get))
+            setattr(builder, name, _constant(getattr(builder, name)))
     for name in ("create_splat", "create_broadcast", "create_expand_dims"):
-        create = getattr(interpreter.InterpreterBuilder, name, None)
+        create = getattr(builder, name, None)
         if create is not None:
-            setattr(interpreter.InterpreterBuilder, name, _keeps_constant(create))
-    for name in (
-        "create_si_to_fp",
-        "create_ui_to_fp",
-        "create_fp_to_si",
-        "create_fp_to_ui",
-        "create_fp_ext",
-        "create_fp_trunc",
-    ):
+            setattr(builder, name, _keeps_constant(create))
+    for name in ("create_si_to_fp", "create_ui_to_fp", "create_fp_to_si",
+                 "create_fp_to_ui", "create_fp_ext", "create_fp_trunc"):  # fmt: skip
         # The stock class binds these as lambdas calling self.cast_impl: nothing to rebind,
         # but make sure that is still true for this Triton.
-        if (
-            "cast_impl"
-            not in getattr(interpreter.InterpreterBuilder, name).__code__.co_names
-        ):
+        if "cast_impl" not in getattr(builder, name).__code__.co_names:
             raise RuntimeError(
                 f"triton interpreter's InterpreterBuilder.{name} no longer goes through cast_impl"
             )
 
-    # --- triton 3.6.0 runtime/interpreter.py GridExecutor._restore_args_dev: after a
-    # launch the interpreter writes its host copies back with `storage.copy_(host)`.
-    # For CPU tensors the host copy *is* the tensor's storage (UntypedStorage.cpu()
-    # returns self), so this is a self-copy and emulator plumbing, not a copy on the
-    # device.  While the write-back runs, a storage copied onto itself is left as it is
-    # (any other write-back copies as before), so that it reaches no copy_ kernel:
-    # neither the kunlunxin copy_ under cpu_dispatch() or flag_gems.use_gems(), where
-    # spies, launch counts and fault injection would see it, nor a copy_ that failed to
-    # see it as a no-op (a mutant of its self-alias check), which would launch a kernel
-    # inside the running launch and deadlock on LibEntry's lock.
-    stock_restore = interpreter.GridExecutor._restore_args_dev
+
+# --- triton 3.6.0 runtime/interpreter.py GridExecutor._restore_args_dev: after a
+# launch the interpreter writes its host copies back with `storage.copy_(host)`.
+# For CPU tensors the host copy *is* the tensor's storage (UntypedStorage.cpu()
+# returns self), so this is a self-copy and emulator plumbing, not a copy on the
+# device.  While the write-back runs (_write_back_staged), a storage copied onto
+# itself is left as it is (any other write-back copies as before), so that it
+# reaches no copy_ kernel: neither the kunlunxin copy_ under cpu_dispatch() or
+# flag_gems.use_gems(), where spies, launch counts and fault injection would see it,
+# nor a copy_ that failed to see it as a no-op (a mutant of its self-alias check),
+# which would launch a kernel inside the running launch and deadlock on LibEntry's
+# lock.  (torch 2.13.0 / 2.11.x UntypedStorage.copy_.)
+def _storage_self_copies_left_alone() -> None:
+    import torch
+
     stock_storage_copy = torch.UntypedStorage.copy_
 
     def _storage_copy_(self, src, *args, **kwargs):
@@ -496,13 +518,20 @@ def patch_triton_interpreter(vendor: str = "kunlunxin") -> None:
 
     torch.UntypedStorage.copy_ = _storage_copy_
 
-    # --- triton 3.0-3.2 runtime/interpreter.py GridExecutor: the host copy of a
-    # tensor argument is `arg.cpu()`, which for a CPU tensor is the tensor itself (or,
-    # for a lazily negated one, the plain alias made below), and the write-back is
-    # `arg_dev.data.copy_(arg_hst.to(arg_dev.device).data)`: a Tensor.copy_ of memory
-    # onto itself, which would reach the kunlunxin copy_ under test.  Such pairs (the
-    # same memory, same view) are left out of the write-back, as 3.3+'s storage
-    # self-copies are above; any other pair is written back as before.
+
+# --- triton 3.0-3.6 runtime/interpreter.py GridExecutor._restore_args_dev: marks the
+# write-back (``_state.staging``) for _storage_self_copies_left_alone.  On 3.0-3.2 the
+# host copy of a tensor argument is `arg.cpu()`, which for a CPU tensor is the tensor
+# itself (or, for a lazily negated one, the plain alias _strided_buffers_pass_through
+# makes), and the write-back is `arg_dev.data.copy_(arg_hst.to(arg_dev.device).data)`:
+# a Tensor.copy_ of memory onto itself, which would reach the kunlunxin copy_ under
+# test.  Such pairs (the same memory, same view) are left out of the write-back, as
+# 3.3+'s storage self-copies are; any other pair is written back as before.
+def _write_back_staged(interpreter) -> None:
+    import torch
+
+    stock_restore = interpreter.GridExecutor._restore_args_dev
+
     def _same_memory(dev, hst):
         return dev is hst or (  # (a StridedBuffer passes through as itself)
             isinstance(dev, torch.Tensor)
@@ -530,14 +559,18 @@ def patch_triton_interpreter(vendor: str = "kunlunxin") -> None:
 
     interpreter.GridExecutor._restore_args_dev = _restore_args_dev
 
-    # --- triton 3.6.0 runtime/interpreter.py GridExecutor._init_args_hst: makes a host
-    # tensor for every argument with data_ptr() through Tensor-only methods (new_empty,
-    # storage_offset, set_).  flag_gems' StridedBuffer (utils/tensor_wrapper.py, the
-    # argument type of every pointwise_dynamic launch through __call__) has data_ptr()
-    # and dtype, which is all a kernel argument needs, but not those methods, and may
-    # describe negative strides no tensor view can.  A CPU-resident one needs no host
-    # copy at all (the interpreter reads and writes memory through data_ptr()), so it is
-    # passed through as is.  The write-back (above) then copies its storage onto itself.
+
+# --- triton 3.6.0 runtime/interpreter.py GridExecutor._init_args_hst: makes a host
+# tensor for every argument with data_ptr() through Tensor-only methods (new_empty,
+# storage_offset, set_).  flag_gems' StridedBuffer (utils/tensor_wrapper.py, the
+# argument type of every pointwise_dynamic launch through __call__) has data_ptr()
+# and dtype, which is all a kernel argument needs, but not those methods, and may
+# describe negative strides no tensor view can.  A CPU-resident one needs no host
+# copy at all (the interpreter reads and writes memory through data_ptr()), so it is
+# passed through as is; the write-back then copies its storage onto itself.
+def _strided_buffers_pass_through(interpreter) -> None:
+    import torch
+
     stock_init = interpreter.GridExecutor._init_args_hst
 
     def _passes_through(arg):
@@ -578,51 +611,53 @@ def patch_triton_interpreter(vendor: str = "kunlunxin") -> None:
 
     interpreter.GridExecutor._init_args_hst = _init_args_hst
 
-    # --- triton 3.0-3.2 runtime/interpreter.py _patch_lang_tensor: a tensor's __bool__
-    # evaluates any one-element tensor (`bool(data) if data.size == 1 else True`), and
-    # 3.0-3.2's language/semantic.py store, load and atomics test a mask with `if not
-    # mask:`.  A one-lane block (a 1-wide tile: the kunlunxin codegen gives one to a
-    # 1-element tensor, over 12 programs) whose lane is masked off is then stored
-    # *unmasked*, out of bounds (the heap corrupts: `free(): invalid next size`), where
-    # compiled Triton (no such __bool__) and 3.3+ (`if mask is None:`) write nothing.
-    # Only scalars, which are no blocks, evaluate: what compiled Triton can branch on.
-    if _triton_version() < (3, 3):
-        stock_patch_lang_tensor = interpreter._patch_lang_tensor
 
-        def _patch_lang_tensor(tensor):
-            stock_patch_lang_tensor(tensor)
-            tensor.__bool__ = lambda self: (
-                True if self.type.is_block() else bool(self.handle.data)
-            )
+# --- triton 3.0-3.2 runtime/interpreter.py _patch_lang_tensor: a tensor's __bool__
+# evaluates any one-element tensor (`bool(data) if data.size == 1 else True`), and
+# 3.0-3.2's language/semantic.py store, load and atomics test a mask with `if not
+# mask:`.  A one-lane block (a 1-wide tile: the kunlunxin codegen gives one to a
+# 1-element tensor, over 12 programs) whose lane is masked off is then stored
+# *unmasked*, out of bounds (the heap corrupts: `free(): invalid next size`), where
+# compiled Triton (no such __bool__) and 3.3+ (`if mask is None:`) write nothing.
+# Only scalars, which are no blocks, evaluate: what compiled Triton can branch on.
+def _only_scalars_branch(interpreter) -> None:
+    stock_patch_lang_tensor = interpreter._patch_lang_tensor
 
-        interpreter._patch_lang_tensor = _patch_lang_tensor
+    def _patch_lang_tensor(tensor):
+        stock_patch_lang_tensor(tensor)
+        tensor.__bool__ = lambda self: (
+            True if self.type.is_block() else bool(self.handle.data)
+        )
 
-    # --- triton 3.6.0 runtime/interpreter.py _implicit_cvt: a Python bool kernel
-    # argument gets Triton type int1 (mangle_type) but an int32 numpy array, which
-    # TensorHandle rejects ("numpy data itemsize (32 bits) exceeds dtype
-    # primitive_bitwidth (1 bits) for triton type int1"): a bool fill value (full,
-    # fill_ of a bool tensor, FlagGems 5.0.2 and main) cannot be launched.  A Python
-    # float argument stays a bare float, which has no `.to` (a float exponent of
-    # pow: "'float' object has no attribute 'to'").  Compiled Triton passes them as an
-    # i1 and an fp32 scalar (mangle_type: "i1", "fp32").  Hold them so, as numpy bool
-    # (the interpreter's own int1 storage: comparisons give np.bool_) and float32;
-    # every other argument as before.  3.6 only (the Triton matrix was checked
-    # without it).
-    if _triton_version() >= (3, 6):
-        stock_implicit_cvt = interpreter._implicit_cvt
+    interpreter._patch_lang_tensor = _patch_lang_tensor
 
-        def _implicit_cvt(arg):
-            if isinstance(arg, (bool, np.bool_)):
-                data, ty = np.array([arg], dtype=np.bool_), tl.int1
-            elif isinstance(arg, float):
-                data, ty = np.array([arg], dtype=np.float32), tl.float32
-            else:
-                return stock_implicit_cvt(arg)
-            return tl.tensor(interpreter.TensorHandle(data, ty), ty)
 
-        interpreter._implicit_cvt = _implicit_cvt
+# --- triton 3.6.0 runtime/interpreter.py _implicit_cvt: a Python bool kernel
+# argument gets Triton type int1 (mangle_type) but an int32 numpy array, which
+# TensorHandle rejects ("numpy data itemsize (32 bits) exceeds dtype
+# primitive_bitwidth (1 bits) for triton type int1"): a bool fill value (full,
+# fill_ of a bool tensor, FlagGems 5.0.2 and main) cannot be launched.  A Python
+# float argument stays a bare float, which has no `.to` (a float exponent of
+# pow: "'float' object has no attribute 'to'").  Compiled Triton passes them as an
+# i1 and an fp32 scalar (mangle_type: "i1", "fp32").  Hold them so, as numpy bool
+# (the interpreter's own int1 storage: comparisons give np.bool_) and float32;
+# every other argument as before.  3.6 only (the Triton matrix was checked
+# without it).
+def _bool_and_float_arguments_as_compiled(interpreter) -> None:
+    import triton.language as tl
 
-    interpreter._copyfix_patched = True
+    stock_implicit_cvt = interpreter._implicit_cvt
+
+    def _implicit_cvt(arg):
+        if isinstance(arg, (bool, np.bool_)):
+            data, ty = np.array([arg], dtype=np.bool_), tl.int1
+        elif isinstance(arg, float):
+            data, ty = np.array([arg], dtype=np.float32), tl.float32
+        else:
+            return stock_implicit_cvt(arg)
+        return tl.tensor(interpreter.TensorHandle(data, ty), ty)
+
+    interpreter._implicit_cvt = _implicit_cvt
 
 
 def float32_to_bf16_bits(values):
@@ -632,8 +667,6 @@ def float32_to_bf16_bits(values):
     0x7FFF (what NVIDIA's cvt.rn.bf16.f32 gives; torch's CPU paths give 0xFFFF or 0x7FC0
     depending on vectorisation, so NaN payloads are not comparable bit for bit).
     """
-    import numpy as np
-
     values = np.ascontiguousarray(values, dtype=np.float32)
     bits = values.view(np.uint32).astype(np.uint64)
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
@@ -649,8 +682,6 @@ def int_to_bf16_bits(values):
     Every 64-bit integer is finite in bfloat16 (max about 3.4e38), so there is no
     overflow.
     """
-    import numpy as np
-
     values = np.asarray(values)
     if values.dtype.kind == "u" or values.dtype == np.bool_:
         negative = np.zeros(values.shape, dtype=bool)
@@ -684,8 +715,6 @@ def float64_to_float32_round_to_odd(values):
     """float32 values of float64 values, rounded to odd (inexact results get an odd
     last bit).  Rounding that to a format with at most 22 significant bits then gives
     the correctly rounded result of the float64 value: one rounding, not two."""
-    import numpy as np
-
     values = np.asarray(values, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         nearest = values.astype(np.float32)
@@ -700,8 +729,6 @@ def float64_to_float32_round_to_odd(values):
 
 def bf16_bits_to_float32(bits):
     """float32 values of bfloat16 bit patterns (exact: bf16 is the top half of fp32)."""
-    import numpy as np
-
     bits = np.ascontiguousarray(bits).view(np.uint16)
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
@@ -776,7 +803,7 @@ def patch_torch_cpu() -> None:
 
 
 def patch_flag_gems_cpu(base: str) -> None:
-    """The flag_gems patches of cpu mode, for ``base`` (a key of FLAGGEMS_BASES)."""
+    """The flag_gems patches of the cpu emulation, for ``base`` (a key of FLAGGEMS_BASES)."""
     _provide_interpreter_driver()
     # flag_gems.utils.libentry imports flag_gems itself, so the LibEntry patch can only be
     # applied after `import flag_gems`: do that import here, with the environment and
@@ -802,7 +829,7 @@ def _where_on_the_emulated_device() -> None:
     # filter), moves 0-dim CPU operands there, and asserts that one exists ("CPU
     # only. There seems a mistake to dispatch to here.").  Stands for the XPU's device
     # type: torch_xmlir's XPU tensors have type "cuda" (KunlunXIN's descriptor), so on
-    # the XPU the pick finds them.  In cpu mode the emulated device *is* the CPU (see
+    # the XPU the pick finds them.  In the cpu emulation the emulated device *is* the CPU (see
     # _register_on_cpu): the module's `filter` becomes one that, where every operand is
     # on the CPU and the pick would find none, keeps them all (the emulated device);
     # any other call filters as before.  How it could hide a device failure: on the
@@ -854,7 +881,7 @@ def _to_copy_on_the_emulated_device() -> None:
     # --- this overlay's flag_gems/ops/to.py and _kunlunxin/ops/to.py (written over
     # flag_gems 5.0.2 and main 2026-08-21): `_is_host_or_transfer(x, device)` sends host
     # tensors (device type "cpu") and copies between devices to aten, as upstream's
-    # to.py does inline.  In cpu mode the emulated device *is* the CPU (see
+    # to.py does inline.  In the cpu emulation the emulated device *is* the CPU (see
     # _register_on_cpu), so there only a copy to another device is a transfer: without
     # this, `.to()` on the emulated device would never reach a Triton kernel.  Pre-images
     # (upstream's inline check) have no such helper and are left as they are.
@@ -892,7 +919,7 @@ def _provide_interpreter_driver() -> None:
     # every shape.  How it could hide a device failure: the device keeps the fastest
     # config, whose results alone reach the model; a config that computes a wrong
     # result without failing is seen here only if it is the first.  Both
-    # triton.testing.do_bench and the driver's benchmarker are the stand-in (cpu mode
+    # triton.testing.do_bench and the driver's benchmarker are the stand-in (the cpu emulation
     # without a GPU driver only).
     from triton.runtime.driver import driver
 
@@ -930,7 +957,7 @@ def _register_on_cpu(flag_gems, base: str) -> None:
     # ("CUDA" for kunlunxin, from device_name "cuda"), which the op registrar (5.0.2
     # runtime/register.py Register, main runtime/op_registrar.py) uses as the
     # torch.library key for enable()/use_gems(); flag_gems/__init__.py copies
-    # device_name into `flag_gems.device`.  In cpu mode the emulated device *is* the CPU:
+    # device_name into `flag_gems.device`.  In the cpu emulation the emulated device *is* the CPU:
     # registering under "CPU" makes `flag_gems.use_gems(include=[...])` reach CPU
     # tensors, and `flag_gems.device` tells tests where to put them.  Only what a test
     # asks use_gems for is registered.
@@ -948,7 +975,7 @@ def _register_on_cpu(flag_gems, base: str) -> None:
     # emulated device is the CPU, so a module's device-name constant becomes "cpu"
     # (only a module-level `_DEVICE_NAME` equal to the detector's device name).  How it
     # could hide a device failure: none beyond the above (host tensors are device
-    # tensors here); the host path itself is not exercised in cpu mode.
+    # tensors here); the host path itself is not exercised in the cpu emulation.
     name = DeviceDetector().name
     for module_name, module in list(sys.modules.items()):
         if (
@@ -1000,10 +1027,10 @@ def _wrapped_number_tensor(value):
 
 @contextlib.contextmanager
 def cpu_dispatch(module: types.ModuleType | None = None) -> Iterator[None]:
-    """Route ``aten::copy_`` on CPU tensors to the kunlunxin ``copy_`` (cpu mode).
+    """Route ``aten::copy_`` on CPU tensors to the kunlunxin ``copy_`` (the cpu emulation).
 
     FlagGems' ``use_gems()`` registers its ops for the device's dispatch key, which CPU
-    tensors never reach.  In cpu mode this registers, for the CPU key only and only
+    tensors never reach.  In the cpu emulation this registers, for the CPU key only and only
     while the context is open, a kernel that calls ``module.copy_`` (default
     :func:`copy_module`; looked up at each call, so a spy patched onto the module sees
     the calls).  The kunlunxin ``copy_``'s own fallback,
@@ -1016,7 +1043,7 @@ def cpu_dispatch(module: types.ModuleType | None = None) -> Iterator[None]:
     Python number as ``src``, a wrapped-number tensor, e.g. while printing a tensor)
     and the Triton interpreter writing a launch's results back to the tensors.
 
-    In cuda and native modes this is ``flag_gems.use_gems()`` (and ``module``, if given,
+    In the cuda emulation and on a real XPU (native) this is ``flag_gems.use_gems()`` (and ``module``, if given,
     must be :func:`copy_module`).
     """
     import torch
@@ -1050,14 +1077,24 @@ def cpu_dispatch(module: types.ModuleType | None = None) -> Iterator[None]:
             )
         return target.copy_(dst, src, non_blocking)
 
-    # torch 2.13.0 (2.11.x): torch.library.Library("aten", "IMPL").impl(name, fn, "CPU")
-    # registers a Python kernel for one dispatch key; destroying the library object
-    # removes it.  torch warns that it overrides the built-in CPU kernel: expected here.
+    with aten_copy_kernel(copy_, "CPU"):
+        yield
+
+
+# torch 2.13.0 (2.11.x): torch.library.Library("aten", "IMPL").impl(name, fn, key)
+# registers a Python kernel for one dispatch key, over the ones before it; destroying
+# the library object removes it.  torch warns that it overrides the kernel already
+# there (the built-in CPU one, or use_gems' own): expected here.
+@contextlib.contextmanager
+def aten_copy_kernel(copy_, key: str) -> Iterator[None]:
+    """``copy_`` as aten::copy_'s kernel for dispatch ``key`` while the block runs."""
+    import torch
+
     lib = torch.library.Library("aten", "IMPL")
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*[Oo]verrid.*")
-            lib.impl("copy_", copy_, "CPU")
+            lib.impl("copy_", copy_, key)
         yield
     finally:
         lib._destroy()

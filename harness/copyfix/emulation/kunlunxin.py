@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import sys
 import types
 from pathlib import Path
 
-from . import require
+from . import state
 
 # Module name under which FlagGems imports the kunlunxin ops: flag_gems.runtime.backend
 # puts the backend folder on sys.path and imports "_kunlunxin.ops" (flag_gems 5.0.2,
@@ -34,14 +33,14 @@ def copy_module() -> types.ModuleType:
     (Importing flag_gems.runtime.backend._kunlunxin.ops.copy would execute a second copy
     of the file, with its own kernels; never do that.)
     """
-    require()
+    state.require()
     import flag_gems  # noqa: F401  (imports the vendor ops)
 
     module = sys.modules.get(KUNLUNXIN_COPY_MODULE)
     if module is None:
         raise RuntimeError(
             f"{KUNLUNXIN_COPY_MODULE} is not loaded: flag_gems did not select the kunlunxin backend "
-            f"(GEMS_VENDOR={os.environ.get('GEMS_VENDOR')!r})"
+            f"(GEMS_VENDOR={state.GEMS_VENDOR!r})"
         )
     _check_copy_module(module)
     return module

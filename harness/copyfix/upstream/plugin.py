@@ -58,15 +58,9 @@ def _cap_memory() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def _activate() -> None:
-    mode = os.environ.get(emulation.ENV_MODE) or None
-    if mode == "cpu":
-        _cap_memory()
-    # (in cpu mode activate() also copes with a TRITON_INTERPRET inherited by xdist workers)
-    emulation.activate(mode)
-
-
-_activate()
+# (in cpu mode activate() also copes with a TRITON_INTERPRET inherited by xdist workers)
+if emulation.activate() == "cpu":
+    _cap_memory()
 
 
 def _counting(fn):
