@@ -1,4 +1,4 @@
-"""copyfix.measure.decode (issue 51): a Llama decode under FlagGems, in the cpu emulation.
+"""copyfix.measure.decode: a Llama decode under FlagGems, in the cpu emulation.
 
 The session's emulation (cpu: Triton's interpreter, ``GEMS_VENDOR=kunlunxin``) runs the
 ``tiny`` config of the same decode as the GPU run's ``kunlunxin_emulated`` section:
@@ -17,12 +17,15 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from copyfix import emulation
+from copyfix.budget import Budget
 from copyfix.measure import decode
+from copyfix.measure.decode import model, workers
 
 MODE = emulation.activate()  # before flag_gems is imported
 
@@ -51,7 +54,7 @@ def test_tiny_decode_on_the_kunlunxin_emulation_equal_with_cache_on_and_off(
     assert tiny_section["composed"] and tiny_section["transformers"]
     assert run["tokens_equal_cache_off"] is True
     assert run["tokens_equal_device_model_off"] is True
-    # the launch cache serves the generic pointwise_dynamic only (issue 55): the
+    # the launch cache serves the generic pointwise_dynamic only: the
     # kunlunxin codegen's pointwise ops run uncached (the generic ones the kunlunxin
     # backend borrows, on main 2026-08-21, are counted)
     assert "kunlunxin" not in run["pointwise_calls_by_codegen"]
@@ -95,7 +98,7 @@ def test_copy_calls_are_recorded_inside_use_gems_and_run():
     src = torch.arange(12.0, device=emulation.device()).reshape(3, 4)
     dst = torch.empty(4, 3, device=src.device)
     with flag_gems.use_gems(include=["copy_"]):
-        with decode.copy_calls_recorded(record):
+        with model.copy_calls_recorded(record):
             dst.copy_(src.t())  # (the kunlunxin copy_ with its real strides)
         dst.copy_(src.t())  # after the block: not listed
     assert torch.equal(dst, src.t())
@@ -111,7 +114,7 @@ def nvidia_cpu_section(tmp_path_factory):
     Every op starts included (the ops that raise are left out as they come), so the
     ops left out are exactly the ones that need to be."""
     tmp = tmp_path_factory.mktemp("nvidia-cpu")
-    return decode.nvidia_cpu_process(["tiny"], tmp, timeout=600, every_op=True)
+    return workers.nvidia_cpu_process(["tiny"], tmp, timeout=600, every_op=True)
 
 
 @cpu_only
@@ -156,7 +159,7 @@ def test_the_cpu_vendor_is_kunlunxin_unless_asked(monkeypatch):
     monkeypatch.setenv(emulation.ENV_CPU_VENDOR, "cambricon")
     with pytest.raises(ValueError, match="COPYFIX_CPU_VENDOR"):
         emulation.cpu_vendor()
-    env = decode.nvidia_cpu_env(Path("/tmp/x"))
+    env = workers.nvidia_cpu_env(Path("/tmp/x"))
     assert env[emulation.ENV_CPU_VENDOR] == "nvidia"
     assert env["COPYFIX_EMULATION"] == "cpu" and "GEMS_VENDOR" not in env
     assert env["FLAGGEMS_CACHE_DIR"] == "/tmp/x" and "FLAGGEMS_DB_URL" not in env
@@ -187,11 +190,11 @@ def test_the_device_model_still_raises_without_a_record():
 
 
 def test_the_stock_variant_imports_the_base_alone(tmp_path):
-    base = decode.base_only(tmp_path / "base-only")
+    base = workers.base_only(tmp_path / "base-only")
     assert not (base / "flag_gems" / "utils" / "launch_cache.py").exists()
     find = "import importlib.util as u; print(u.find_spec('flag_gems').origin)"
     for variant, where in (("base", str(base)), ("composed", "build/composed")):
-        env = decode.worker_env(variant, "native", base)
+        env = workers.worker_env(variant, "nvidia", base)
         assert env["GEMS_VENDOR"] == "nvidia" and "COPYFIX_EMULATION" not in env
         origin = subprocess.run(
             [sys.executable, "-c", find], env=env, capture_output=True, text=True
@@ -200,7 +203,7 @@ def test_the_stock_variant_imports_the_base_alone(tmp_path):
 
 
 def test_the_workers_alternate():
-    assert decode.schedule(list(decode.VARIANTS), 2) == [
+    assert workers.schedule(list(decode.VARIANTS), 2) == [
         (0, "base"), (0, "composed"), (0, "composed_cache_off"),
         (1, "composed"), (1, "composed_cache_off"), (1, "base"),
     ]  # fmt: skip
@@ -208,8 +211,8 @@ def test_the_workers_alternate():
 
 def test_the_budget_keeps_the_reserve_by_each_kind_s_last_duration(monkeypatch):
     now = [0.0]
-    monkeypatch.setattr(decode.time, "monotonic", lambda: now[0])
-    budget = decode.Budget(total=300, reserve=100)
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    budget = Budget(total=300, reserve=100)
     assert budget.fits_another("base")  # nothing timed yet
 
     def work(seconds):
@@ -221,20 +224,20 @@ def test_the_budget_keeps_the_reserve_by_each_kind_s_last_duration(monkeypatch):
     # and a kind not timed yet is expected to take as long as the last worker
     assert not budget.fits_another("base")
     assert budget.fits_another("composed") and budget.fits_another("other")
-    assert decode.Budget(None, 100).fits_another("base")
+    assert Budget(None, 100).fits_another("base")
 
 
 def test_against_compares_logits_up_to_the_first_divergence():
     ref = torch.tensor([[1, 2, 3]])
     logits = [torch.zeros(1, 4) for _ in range(3)]
     moved = [logits[0] + 0.5, logits[1] + 0.25, logits[2] + 9.0]
-    same = decode.against(ref.clone(), moved, ref, logits)
+    same = model.against(ref.clone(), moved, ref, logits)
     assert same == {
         "tokens_equal": True,
         "first_divergence": None,
         "max_logit_diff": 9.0,
     }
-    parted = decode.against(torch.tensor([[1, 5, 6]]), moved, ref, logits)
+    parted = model.against(torch.tensor([[1, 5, 6]]), moved, ref, logits)
     assert parted == {
         "tokens_equal": False,
         "first_divergence": 1,
@@ -259,16 +262,16 @@ def test_combine_takes_medians_over_processes_and_keeps_each():
     rows = [_row("base", x) for x in (5.0, 7.0, 6.0)]
     rows += [_row("composed", x) for x in (2.2, 2.4, 2.0)]
     rows += [_row("composed_cache_off", x) for x in (5.5, 5.0, 6.0)]
-    c = decode.combine(rows)
+    c = workers.combine(rows)
     assert c["base_x_eager"] == 6.0 and c["composed_x_eager"] == 2.2
     assert c["composed_x_eager_per_process"] == [2.2, 2.4, 2.0]
     assert c["cache"]["hits"] == 90 and c["cache"]["hit_rate"] == 0.75
     assert c["tokens_equal_cache_off"] is True
     # one process whose tokens differ with the other cache setting, or across processes
-    assert decode.combine(rows[:-1] + [_row("composed_cache_off", 0.7, other=False)])[
+    assert workers.combine(rows[:-1] + [_row("composed_cache_off", 0.7, other=False)])[
         "tokens_equal_cache_off"
     ] is False  # fmt: skip
-    assert decode.combine(rows[:-1] + [_row("composed_cache_off", 0.7, sha="bb")])[
+    assert workers.combine(rows[:-1] + [_row("composed_cache_off", 0.7, sha="bb")])[
         "tokens_equal_cache_off"
     ] is False  # fmt: skip
 
@@ -279,9 +282,9 @@ def test_report_lines_render_the_table(tmp_path):
         for v, x in (("base", 0.5), ("composed", 0.8), ("composed_cache_off", 0.6))
     ]
     record = {
-        "configs": {"small": {**decode.CONFIGS["small"].__dict__, **decode.combine(rows)}},
+        "configs": {"small": {**decode.CONFIGS["small"].__dict__, **workers.combine(rows)}},
         "processes": 1, "rounds": 3,
-        "runs": {"base": {"machine": "NVIDIA H200, 16 CPU cores", "mode": "native nvidia"}},
+        "runs": {"base": {"machine": "NVIDIA H200, 16 CPU cores", "mode": "nvidia"}},
         "op_commit": "0123456789abcdef", "date": "2026-12-04 20:00 UTC",
         "kunlunxin_emulated": {"mode": "cuda", "strided_aten_fallbacks": 0, "configs": [
             {"config": "small", "tokens_equal_device_model_off": True,
