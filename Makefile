@@ -56,7 +56,7 @@ lint: venv
 bench: venv
 	$(PY) -m copyfix.bench $(BENCH_ARGS)
 
-# A Hugging Face Llama decode under FlagGems (issue 51): eager / stock / composed tok/s,
+# A Hugging Face Llama decode under FlagGems: eager / stock / composed tok/s,
 # the cache's hit rate, cache on = off, the KunlunXIN emulation (the GPU box runs it:
 # harness/device/decode.sh; DECODE_ARGS="--mode cpu --configs tiny ..." here).
 decode: venv

@@ -1,5 +1,5 @@
 """Seconds for a series of runs (harness): upstream's CI and later runs use ``limit``,
-decode's workers ``fits_another`` (decode still has its own copy of this class)."""
+decode's workers ``fits_another``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Harness (issue 51): a Hugging Face Llama decode under FlagGems on the lent NVIDIA machine.
+# Harness: a Hugging Face Llama decode under FlagGems on the lent NVIDIA machine.
 #   OUT=<dir> [COPYFIX_OP_COMMIT=<sha>] bash harness/device/decode.sh
 # One step, one machine start (torch 2.11, triton 3.6 and transformers 5.17 come with the
 # image; flag_gems-5.0.2 travels in .whl/, composed by harness/device/env.sh):
