@@ -104,6 +104,7 @@ def pytest_runtest_call(item):
         yield
 
 
+@pytest.hookimpl(tryfirst=True)  # (before the session and the terminal count it)
 def pytest_runtest_logreport(report):
     if report.skipped:
         reason = (
