@@ -1,4 +1,5 @@
-"""`make demo`: the seed's repro through the base kunlunxin copy_ and through ours.
+"""`make demo`: the reported repro (an expanded source, fp32 and fp32 -> bf16) through
+the base kunlunxin copy_ and through ours.
 
 (a) the base's original module (flag-gems 5.0.2 kunlunxin copy.py): non-contiguous
     sources go to aten's strided copy, which on KunlunXIN dies with

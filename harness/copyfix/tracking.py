@@ -26,8 +26,8 @@ KERNELS = OP_KERNELS + (
 )
 
 
-# Since issue 32 the op's kernels and Triton path live in a module of their own, which
-# both integrations of copy.py (the fork's full file, the patch of upstream's head file)
+# The op's kernels and Triton path live in a module of their own, which both
+# integrations of copy.py (the fork's full file, the patch of upstream's head file)
 # call; older op files (bench's 847c5a4) and upstream's base files hold their own.
 STRIDED_COPY_MODULE = "_kunlunxin.ops.strided_copy"
 

@@ -116,8 +116,8 @@ def commit_message(pr_md: Path) -> str:
     return f"{title}\n\n{body}\n"
 
 
-# `git apply`-able diffs of the op, one per base it was written against (the seed's
-# copy.patch is the 5.0.2 one).  The installed base picks which one is checked/written.
+# `git apply`-able diffs of the op, one per base it was written against (copy.patch,
+# the design document's file, is the 5.0.2 one).  The installed base picks which one is checked/written.
 PATCHES = {
     "5.0.2": REPO / "copy.patch",
     "main-2026-08-21": REPO / "copy-main-2026-08-21.patch",

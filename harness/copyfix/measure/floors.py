@@ -6,7 +6,7 @@ that launches an already compiled Triton kernel through ``CompiledKernel.run``, 
 the current device and stream at each call:
 
 * :func:`sigmoid_floor`: allocates its output and launches a compiled sigmoid (the
-  floor of issue 25's NVIDIA targets);
+  floor of the NVIDIA host-cost targets);
 * :func:`copy_floor`: in place, no allocation, launches a compiled contiguous copy
   (the floor of the KunlunXIN ``copy_``).
 """
