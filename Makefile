@@ -26,9 +26,9 @@ test: venv
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
 
 # PR 1 on the head-like tree (upstream's later files in .upstream/later/, a FlagGems
-# main mirror: see tests/harness/test_head_integration.py); `make test` deselects these.
+# main mirror: see tests/overlay/test_head_integration.py); `make test` deselects these.
 test-head: venv
-	$(PY) -m pytest -q -ra -m head_tree tests/harness/test_head_integration.py
+	$(PY) -m pytest -q -ra -m head_tree tests/overlay/test_head_integration.py
 
 # The PR tests over a base given as a FlagGems checkout (FLAGGEMS_BASE), in a copy of
 # this repository with its own .venv: CI's stand-in for FlagGems main (see
@@ -39,7 +39,7 @@ test-checkout-base: venv
 	rm -rf $(CHECKOUT_COPY) && mkdir -p $(CHECKOUT_COPY)
 	git ls-files -z | xargs -0 cp --parents -t $(CHECKOUT_COPY)
 	FLAGGEMS_BASE=$(CURDIR)/build/synthetic-flaggems $(MAKE) -C $(CHECKOUT_COPY) test \
-		PYTEST_ARGS="tests/test_copy_ops.py tests/harness/test_emulation.py tests/harness/test_decode.py -k 'not nvidia_backend' -p no:warnings"
+		PYTEST_ARGS="tests/test_copy_ops.py tests/tooling/test_emulation.py tests/tooling/test_decode.py -k 'not nvidia_backend' -p no:warnings"
 
 # The cpu emulation on another Triton (FlagGems' backends pin 3.0-3.6): a venv under
 # build/triton-$(TRITON) with only that Triton, everything else from .venv; the import

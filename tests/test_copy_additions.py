@@ -1,7 +1,7 @@
 """The tests the stack's PRs append to upstream's ``tests/test_copy.py`` (the added
 lines of their patches, which are our code), run as this module's own: upstream's
 file itself is not in this repository. Upstream runs them in its own file.
-``COPYFIX_STACK_UPTO=<n>``: only those of PRs 1 to n (tests/harness/test_stack.py)."""
+``COPYFIX_STACK_UPTO=<n>``: only those of PRs 1 to n (tests/overlay/test_stack.py)."""
 
 import os
 

@@ -3,7 +3,7 @@
 Loaded from pyproject's addopts (`-p copyfix.pytest_plugin`). It
 
 * activates the emulation before any test module imports flag_gems;
-* runs every test outside ``tests/harness/`` (the PR tests and the PR benchmark) with
+* runs the PR tests (``tests/test_*.py``) and the PR benchmark with
   the KunlunXIN device model on (``emulation.xpu_device_model()``: aten's strided copy
   missing for every caller in the cuda emulation; the narrower fault of the cpu emulation, see
   ``copyfix.emulation.faults``), unless ``--xpu-model=off``;
@@ -65,7 +65,7 @@ def pytest_configure(config):
 
 
 # The generic copy_/_to_copy's tests skip themselves where the backend dispatches its
-# own op (KunlunXIN, the emulated backend): tests/harness/test_generic_ops.py runs them
+# own op (KunlunXIN, the emulated backend): tests/overlay/test_generic_ops.py runs them
 # on FlagGems' default backend in a fresh process instead (a skip counts as a failure).
 GENERIC_OP_TESTS = ("test_copy_dtype_conversions.py",)
 
@@ -84,11 +84,16 @@ def pytest_report_header(config):
     )
 
 
+# Folders whose tests run without the device model: the overlay's own guards and the
+# harness's tests (they install the model themselves where they need it).
+UNMODELLED = ("overlay", "tooling")
+
+
 def _under_model(item) -> bool:
     if item.config.getoption("--xpu-model") != "on" or emulation.MODE == "native":
         return False
     rel = Path(item.path).resolve().relative_to(Path(item.config.rootpath).resolve())
-    return rel.parts[0] in ("tests", "benchmark") and rel.parts[1] != "harness"
+    return rel.parts[0] in ("tests", "benchmark") and rel.parts[1] not in UNMODELLED
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -39,8 +39,8 @@ PR_TESTS = (
     "tests/test_copy_ops.py",
     "tests/test_to_copy_conversions.py",
 )
-CACHE_TESTS = ("tests/test_launch_cache.py", "tests/harness/test_launch_cache.py")
-OFF_TESTS = ("tests/harness/test_launch_cache_off.py",)
+CACHE_TESTS = ("tests/test_launch_cache.py", "tests/overlay/test_launch_cache.py")
+OFF_TESTS = ("tests/overlay/test_launch_cache_off.py",)
 
 
 def test_files(cache_active: bool) -> tuple[str, ...]:

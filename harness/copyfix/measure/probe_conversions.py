@@ -21,7 +21,7 @@ on a GPU also the GPU's), and the versions are written as JSON.  Two modes:
 
     PYTHONPATH=harness python -m copyfix.measure.probe_conversions --out conversions.json
 
-``tests/harness/test_conversions.py`` runs :func:`probe` on the active emulation and
+``tests/tooling/test_conversions.py`` runs :func:`probe` on the active emulation and
 compares it with the recorded device file.
 """
 
@@ -289,7 +289,7 @@ def undefined(src_name: str, dst_name: str, variant: str = "explicit") -> list[i
     into a bool pointer: Triton's store converts to int8 there (language/semantic.py
     store: ``pointer_type<int1>`` is treated as ``pointer_type<int8>``), so a float is
     converted to int8 and its byte stored.  Everything else is defined and compared
-    bit for bit (NaN: see tests/harness/test_conversions.py).
+    bit for bit (NaN: see tests/tooling/test_conversions.py).
     """
     dst = DTYPES[dst_name]
     src = inputs(src_name)

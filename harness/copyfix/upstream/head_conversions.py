@@ -1,6 +1,6 @@
 """PR 2 and PR 4 on upstream's newest files: every dtype pair, head file vs head + patch.
 
-Runs in a child process on the head-like tree that ``tests/harness/test_head_integration.py``
+Runs in a child process on the head-like tree that ``tests/overlay/test_head_integration.py``
 builds (main of 2026-08-21, upstream's later files from ``.upstream/later/``, every
 ``.head.patch`` applied), cpu mode, the toolchain model on.  For each op ``after`` is the
 tree's patched module and ``before`` upstream's head file, loaded beside it in the same

@@ -1,5 +1,5 @@
 """Run in a fresh process on a flag_gems with PR 1 alone (or none) by
-tests/harness/test_stack.py: every layout x dtype pair of the KunlunXIN copy_
+tests/overlay/test_stack.py: every layout x dtype pair of the KunlunXIN copy_
 tests, with the XPU fault on FlagGems' fallback. Prints one JSON line: per case,
 "exact" (bit-exact against torch), "fault" (reached aten's missing strided copy),
 "toolchain" (a conversion the XPU toolchain cannot compile) or "wrong"."""

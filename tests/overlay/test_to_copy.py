@@ -318,7 +318,7 @@ def test_kunlunxin_kernels_compile_with_only_the_f32_bf16_store_left(guard, tmp_
     # Compiled Triton (PTX for sm_90, no GPU): every bfloat16 output but float32's is
     # stored as the bits the kernel rounded; float32 keeps the backend's f32 -> bf16
     # store (what TRITONXPU_BF16_FAST selects on the XPU); the pre-image converts all.
-    from test_generic_copy import _ptx  # (tests/harness is on sys.path, no package)
+    from test_generic_copy import _ptx  # (tests/overlay is on sys.path, no package)
 
     module = kunlunxin_to()
     plan = {}

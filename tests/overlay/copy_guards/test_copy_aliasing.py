@@ -1,0 +1,445 @@
+# Copyright 2026 FlagOS Contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""KunlunXIN copy_ where source and destination share memory, and special tensors:
+the snapshot taken exactly when the source must be read first, no-ops, empty, 0-d
+and zero tensors, conjugate and negation bits on one storage."""
+
+import pytest
+import torch
+from guard_helpers import (
+    DEVICE,
+    assert_bit_exact,
+    copy_module,
+    expected_launches,
+    gems_copy_,
+    host_view,
+    strided_module,
+    torch_error,
+    track_paths,
+)
+
+pytestmark = pytest.mark.harness
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize(
+    "views",
+    [
+        # an empty int16 view pointing into the int32 it aliases
+        lambda x: (x.view(torch.int16)[1:1], x.view(torch.int32)[:1]),
+        # an empty view whose strides span 2**50 elements (as_strided checks no
+        # storage for an empty view)
+        lambda x: (x.as_strided((2**50, 0), (1, 1)), x[:1]),
+    ],
+    ids=["inside_a_source_element", "far_reaching"],
+)
+def test_copy_alias_empty_destination(views):
+    # an empty view's data_ptr() is null: no bytes, no overlap, nothing to do (torch's
+    # copy_ is a no-op too)
+    cpu = torch.arange(16.0)
+    x = cpu.to(DEVICE, copy=True)
+    dst, src = views(x)
+    assert dst.data_ptr() == 0 and torch._C._is_alias_of(dst, src)
+    with track_paths() as paths:
+        gems_copy_(dst, src)
+    assert paths.launches == [] and paths.fallbacks == 0
+    assert_bit_exact(x, cpu, "empty destination")
+
+
+_ALIAS_WITHOUT_ERROR = {
+    # x[:, ::2] <- x[:, 1::2]: one storage, disjoint elements, interleaved bytes
+    "interleaved": lambda x: (x[:, ::2], x[:, 1::2]),
+    # x[0, :6] <- x[:, 0]: one element shared, the source not dense; torch cannot
+    # classify that overlap and copies without an error
+    "row_from_column": lambda x: (x[0, :6], x[:, 0]),
+}
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("views", list(_ALIAS_WITHOUT_ERROR))
+def test_copy_alias_without_error(views):
+    make = _ALIAS_WITHOUT_ERROR[views]
+    cpu = torch.randn(6, 8)
+    x = cpu.to(DEVICE, copy=True)
+    dst, src = make(x)
+    with track_paths() as paths:
+        gems_copy_(dst, src)
+    ref = cpu.clone()
+    ref_dst, ref_src = make(ref)
+    ref_dst.copy_(ref_src)
+    # the byte ranges overlap, the source is not dense: it is read whole first
+    assert paths.fallbacks == 0
+    assert paths.launches == expected_launches(dst, src, snapshot=True)
+    assert_bit_exact(x, ref, views)
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("step", [1, 2], ids=["dense", "strided"])
+@pytest.mark.parametrize(
+    "dst_rows, src_rows",
+    [(2, 0), (0, 2), (3, 0), (0, 3)],
+    ids=["up", "down", "up_with_gap", "down_with_gap"],
+)
+def test_copy_alias_disjoint_halves_need_no_snapshot(step, dst_rows, src_rows):
+    # x[2:4, ::step] <- x[0:2, ::step] and back, touching or not: one buffer,
+    # disjoint bytes: no error, one launch
+    cpu = torch.randn(5, 6)
+    x = cpu.to(DEVICE, copy=True)
+
+    def views(t):
+        return t[dst_rows : dst_rows + 2, ::step], t[src_rows : src_rows + 2, ::step]
+
+    with track_paths() as paths:
+        gems_copy_(*views(x))
+    ref = cpu.clone()
+    (lambda d, s: d.copy_(s))(*views(ref))
+    assert paths.fallbacks == 0
+    assert paths.launches == expected_launches(*views(x))  # no snapshot launch
+    assert_bit_exact(x, ref, "disjoint halves")
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize(
+    "n, dst_start, src_start, snapshot",
+    [(9, 4, 0, True), (9, 0, 4, True), (10, 0, 5, False), (10, 5, 0, False)],
+    ids=["one-shared-dst-after", "one-shared-src-after", "touching", "touching-rev"],
+)
+def test_copy_alias_strided_views_read_first_only_when_sharing(
+    n, dst_start, src_start, snapshot
+):
+    # x[a:a+5:2] <- x[b:b+5:2]. Sharing only one element (src's last is dst's first,
+    # or the reverse) is still an overlap: src is read whole before anything is
+    # written (a snapshot launch, then the copy). One view starting right after the
+    # other's last element is no overlap: one launch.
+    cpu = torch.randn(n)
+    x = cpu.to(DEVICE, copy=True)
+    dst, src = x[dst_start : dst_start + 5 : 2], x[src_start : src_start + 5 : 2]
+    with track_paths() as paths:
+        gems_copy_(dst, src)
+    ref = cpu.clone()
+    ref[dst_start : dst_start + 5 : 2] = cpu[src_start : src_start + 5 : 2].clone()
+    assert paths.fallbacks == 0
+    assert paths.launches == expected_launches(dst, src, snapshot)
+    assert_bit_exact(x, ref, f"x[{dst_start}::2] <- x[{src_start}::2]")
+
+
+@pytest.mark.copy_
+def test_copy_alias_overlapping_views_read_before_write():
+    # Overlap torch cannot classify (non-dense views): we read all of src first.
+    cpu = torch.randn(5, 9)
+    x = cpu.to(DEVICE, copy=True)
+    with track_paths() as paths:
+        gems_copy_(x[:, 1:], x[:, :-1])
+    ref = cpu.clone()
+    ref[:, 1:] = cpu[:, :-1].clone()
+    assert paths.fallbacks == 0
+    assert paths.launches == [("copy_slice", 2), ("copy_slice", 2)]  # snapshot, copy
+    assert_bit_exact(x, ref, "shifted alias")
+
+
+@pytest.mark.copy_
+def test_copy_self_alias_is_noop():
+    x = torch.randn(4, 6, device=DEVICE).t()
+    before = x.clone()
+    with track_paths() as paths:
+        gems_copy_(x, x)
+        gems_copy_(x, x[:])  # another view with identical metadata
+    assert paths.launches == [] and paths.fallbacks == 0
+    assert_bit_exact(x, before.cpu(), "self copy")
+
+
+@pytest.mark.copy_
+def test_copy_full_overlap_dtype_view():
+    # Same bytes, same strides, other dtype: torch allows the in-place cast.
+    cpu = (torch.randn(8, 8) * 1000).round()
+    x = cpu.to(DEVICE, copy=True)
+    with track_paths() as paths:
+        gems_copy_(x.view(torch.int32), x)
+    ref = cpu.clone()
+    ref.view(torch.int32).copy_(ref)
+    assert paths.fallbacks == 0 and paths.launches == [("_copy_kernel", 2)]
+    assert_bit_exact(x, ref, "int32 view of itself")
+
+
+# Aliasing and special tensors, each against torch's result or error (destination
+# untouched on an error), cut from 16-element buffers.
+_ALIASING = (
+    "partial_overlap",
+    "one_element_shared_src_first",
+    "one_element_shared_dst_first",
+    "overlapping_views",
+    "overlapping_views_neg",
+    "self_view",
+    "self_neg",
+    "adjacent_halves",
+    "adjacent_halves_dst_first",
+    "bytes_shared_across_dtypes",
+    "adjacent_across_dtypes",
+)
+# variant: kernels launched (each at the destination's rank); None: an error
+_VARIANT_KERNELS = {
+    "src_neg": ["copy_slice", "_negate_kernel"],
+    "dst_neg": ["copy_slice", "_negate_kernel"],
+    "src_zero": [],  # dst.zero_()
+    "dst_zero": None,
+    "src_meta": None,  # the fallback raises torch's error
+    "partial_overlap": None,
+    "one_element_shared_src_first": None,
+    "one_element_shared_dst_first": None,
+    "overlapping_views": ["copy_slice", "copy_slice"],  # snapshot, then the copy
+    "overlapping_views_neg": ["copy_slice", "copy_slice", "_negate_kernel"],
+    "self_view": [],  # the same view: a no-op
+    "self_neg": ["_copy_kernel", "_negate_kernel"],  # x <- -x, in place
+    "adjacent_halves": ["_copy_kernel"],
+    "adjacent_halves_dst_first": ["_copy_kernel"],
+    "bytes_shared_across_dtypes": None,
+    "adjacent_across_dtypes": ["_copy_kernel"],
+}
+
+
+def _views(variant, dst_buf, src_buf):
+    """The variant's dst and src layouts, cut from 16-element buffers."""
+    if variant == "partial_overlap":  # dense, 16-byte aligned, sharing half
+        return dst_buf[:8], src_buf[4:12]
+    if variant == "one_element_shared_src_first":  # src's last element is dst's first
+        return dst_buf[7:15], src_buf[:8]
+    if variant == "one_element_shared_dst_first":
+        return dst_buf[:8], src_buf[7:15]
+    if variant == "adjacent_halves":  # one storage, no byte in common
+        return dst_buf[8:], src_buf[:8]
+    if variant == "adjacent_halves_dst_first":
+        return dst_buf[:8], src_buf[8:]
+    if variant == "bytes_shared_across_dtypes":  # float32 [0, 32), int16 [24, 40)
+        return dst_buf[:8], src_buf.view(torch.int16)[12:20]
+    if variant == "adjacent_across_dtypes":  # float32 [16, 48), int16 [0, 16)
+        return dst_buf[4:12], src_buf.view(torch.int16)[:8]
+    if variant.startswith("overlapping_views"):  # not dense: torch reads all first
+        return dst_buf.view(4, 4)[1:, :3], src_buf.view(4, 4)[:3, 1:]
+    if variant == "self_view":
+        return dst_buf.view(4, 4).t(), src_buf.view(4, 4).t()
+    if variant in ("src_zero", "dst_zero", "self_neg"):
+        return dst_buf.view(4, 4), src_buf.view(4, 4)
+    return dst_buf.view(4, 4), src_buf.view(4, 4).t()
+
+
+def _variant(variant, buf, src_buf):
+    dst, src = _views(variant, buf, buf if variant in _ALIASING else src_buf)
+    if variant in ("src_neg", "overlapping_views_neg", "self_neg"):
+        src = torch._neg_view(src)
+    elif variant == "dst_neg":
+        dst = torch._neg_view(dst)
+    elif variant == "src_zero":
+        src = torch._efficientzerotensor(src.shape, device=src.device)
+    elif variant == "dst_zero":
+        dst = torch._efficientzerotensor(dst.shape, device=dst.device)
+    elif variant == "src_meta":
+        src = src.to("meta")
+    return dst, src
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("variant", list(_VARIANT_KERNELS))
+def test_copy_alias_and_special_tensors(variant):
+    # a negation bit, a zero tensor on either side, a source elsewhere, a source
+    # sharing bytes with the destination (one element either way, across dtypes,
+    # views torch cannot classify, the same view): torch's result or error
+    cpu = torch.arange(16, dtype=torch.float32) - 5
+    aliasing = variant in _ALIASING
+    buf = cpu.to(DEVICE, copy=True) if aliasing else torch.zeros(16, device=DEVICE)
+    ref_buf = cpu.clone() if aliasing else torch.zeros(16)
+    dst, src = _variant(variant, buf, cpu.to(DEVICE))
+    ref_dst, ref_src = _variant(variant, ref_buf, cpu)
+    if variant.startswith("overlapping_views"):  # every element reads its old value
+        ref_src = ref_src.clone()
+    before = host_view(buf).clone()
+    try:
+        ref_dst.copy_(ref_src)
+        error = None
+    except Exception as exc:  # noqa: BLE001 - we compare whatever torch raises
+        error = exc
+    kernels = _VARIANT_KERNELS[variant]
+    assert (error is None) == (kernels is not None), f"torch: {error!r}"
+    with track_paths() as paths:
+        if error is None:
+            assert copy_module().copy_(dst, src) is dst
+        else:
+            with pytest.raises(type(error)) as err:
+                copy_module().copy_(dst, src)
+    if error is None:
+        assert_bit_exact(buf, ref_buf, variant)
+    else:
+        assert str(err.value) == str(error)
+        assert_bit_exact(buf, before, f"{variant}: destination untouched")
+    assert paths.fallbacks == (variant == "src_meta")
+    assert paths.launches == [(k, dst.dim()) for k in kernels or []]
+
+
+@pytest.mark.copy_
+def test_copy_empty():
+    with track_paths() as paths:
+        gems_copy_(torch.empty(0, 3, device=DEVICE), torch.ones(3, device=DEVICE))
+        gems_copy_(
+            torch.empty(3, 0, device=DEVICE).t(),
+            torch.empty(3, device=DEVICE).expand(0, 3),
+        )
+        # an empty view of a buffer overlapping the source's bytes (its sizes and
+        # strides span them): no element, so no overlap either, as torch
+        x = torch.zeros(16, device=DEVICE)
+        torch.zeros(16).view(4, 4)[:, :0].copy_(torch.zeros(16)[5:6])  # torch: ok
+        gems_copy_(x.view(4, 4)[:, :0], x[5:6])
+        # an empty destination with a stride-0 dim of size > 1: no internal
+        # overlap for torch (no element at all)
+        dst = torch.empty(1, device=DEVICE).as_strided((4, 0), (0, 1))
+        torch.empty(1).as_strided((4, 0), (0, 1)).copy_(torch.ones(4, 0))  # torch: ok
+        gems_copy_(dst, torch.ones(4, 0, device=DEVICE))
+    assert paths.launches == [] and paths.fallbacks == 0
+
+
+@pytest.mark.copy_
+def test_copy_zero_dim():
+    dst = torch.zeros((), device=DEVICE)
+    with track_paths() as paths:
+        gems_copy_(dst, torch.tensor(2.5, device=DEVICE))
+        gems_copy_(torch.empty(3, device=DEVICE)[1], torch.tensor(1.0, device=DEVICE))
+    assert paths.fallbacks == 0
+    assert paths.launches == [("_copy_kernel", 0), ("_copy_kernel", 0)]
+    assert dst.item() == 2.5
+
+
+@pytest.mark.copy_
+def test_copy_zero_tensors():
+    z = torch._efficientzerotensor(3, device=DEVICE)
+    expected = torch_error(lambda: torch._efficientzerotensor(3).copy_(torch.ones(3)))
+    with pytest.raises(expected[0]) as err:
+        copy_module().copy_(z, torch.ones(3, device=DEVICE))
+    assert str(err.value) == expected[1]
+    dst = torch.ones(2, 3, device=DEVICE)
+    with track_paths() as paths:
+        copy_module().copy_(dst, torch._efficientzerotensor(3, device=DEVICE))
+    assert paths.launches == [] and paths.fallbacks == 0
+    assert bool((dst.cpu() == 0).all())
+
+
+_READ_FIRST = {
+    # name: (views of one 16-float buffer, expected: True, False or "raise")
+    "dense_same_span_other_strides": (
+        lambda x: (x.view(4, 4), x.view(4, 4).t()),
+        "raise",
+    ),
+    "dense_shifted": (lambda x: (x[4:12], x[:8]), "raise"),
+    "dense_shifted_back": (lambda x: (x[:8], x[4:12]), "raise"),
+    "dense_element_inside": (lambda x: (x[:3], x[1]), "raise"),
+    "dense_identical": (lambda x: (x.view(torch.int32), x), False),
+    "dense_adjacent": (lambda x: (x[8:], x[:8]), False),
+    "dense_adjacent_back": (lambda x: (x[:8], x[8:]), False),
+    "dense_empty_src": (lambda x: (x[:0], x), False),
+    "dense_empty_dst": (lambda x: (x, x[3:3]), False),
+    # an empty view whose sizes and strides span bytes: still no element, no overlap
+    "empty_dst_spanning": (lambda x: (x.view(4, 4)[:, :0], x[5:6]), False),
+    "empty_src_spanning": (lambda x: (x[5:6], x.view(4, 4)[:, :0]), False),
+    "non_dense_overlapping": (
+        lambda x: (x.view(4, 4)[1:, :3], x.view(4, 4)[:3, 1:]),
+        True,
+    ),
+    "non_dense_interleaved": (lambda x: (x[::2], x[1::2]), True),
+    "non_dense_one_shared": (lambda x: (x[4:9:2], x[0:5:2]), True),
+    "non_dense_touching": (lambda x: (x[5:10:2], x[0:5:2]), False),
+    "non_dense_touching_back": (lambda x: (x[0:5:2], x[5:10:2]), False),
+    "non_dense_disjoint": (lambda x: (x[8::2], x[:8:2]), False),
+    "dense_into_non_dense": (lambda x: (x.view(4, 4)[:, 0], x[3:7]), True),
+}
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("case", list(_READ_FIRST))
+def test_must_read_src_first(case):
+    make, expected = _READ_FIRST[case]
+    dst, src = make(torch.zeros(16, device=DEVICE))
+    must_read_src_first = strided_module()._must_read_src_first
+    if expected == "raise":
+        torch_expected = torch_error(
+            lambda: (lambda d, s: d.copy_(s))(*make(torch.zeros(16)))
+        )
+        with pytest.raises(torch_expected[0]) as err:
+            must_read_src_first(dst, src)
+        assert str(err.value) == torch_expected[1]
+    else:
+        assert must_read_src_first(dst, src) is expected
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize(
+    "case",
+    [
+        "non_dense_interleaved",
+        "non_dense_one_shared",
+        "non_dense_touching",
+        "dense_into_non_dense",
+    ],
+)
+def test_copy_alias_snapshot_is_taken_when_must_read_src_first(case):
+    make, snapshot = _READ_FIRST[case]
+    cpu = torch.randn(16)
+    x = cpu.to(DEVICE, copy=True)
+    dst, src = make(x)
+    with track_paths() as paths:
+        gems_copy_(dst, src)
+    ref = cpu.clone()
+    ref_dst, ref_src = make(ref)
+    ref_dst.copy_(ref_src.clone())  # every element reads its old value
+    assert paths.fallbacks == 0
+    assert paths.launches == expected_launches(dst, src, snapshot)
+    assert_bit_exact(x, ref, case)
+
+
+@pytest.mark.copy_
+def test_copy_into_a_conjugate_view_of_itself_is_not_a_noop():
+    # same memory, same layout, but only dst has the conjugate bit: not the self-alias
+    # no-op (torch writes conj(z) into z's memory); complex goes to aten
+    host = torch.tensor([1 + 2j, -3 - 4j, 5j], dtype=torch.complex64)
+    host.conj().copy_(host)
+    z = torch.tensor([1 + 2j, -3 - 4j, 5j], dtype=torch.complex64, device=DEVICE)
+    copy_module().copy_(z.conj(), z)
+    assert torch.equal(z.cpu(), host)
+
+
+@pytest.mark.copy_
+def test_copy_of_a_conjugate_view_into_itself_is_not_a_noop():
+    # the other way round: only src has the conjugate bit
+    host = torch.tensor([1 + 2j, -3 - 4j, 5j], dtype=torch.complex64)
+    host.copy_(host.conj())
+    z = torch.tensor([1 + 2j, -3 - 4j, 5j], dtype=torch.complex64, device=DEVICE)
+    copy_module().copy_(z, z.conj())
+    assert torch.equal(z.cpu(), host)
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("negated", ["dst", "src"])
+def test_copy_between_a_tensor_and_its_negated_view_is_not_a_noop(negated):
+    # same memory, offset, strides, size and dtype; only one side has the negation
+    # bit: not the self-alias no-op (torch negates the memory, signed zeros too)
+    def views(x):
+        neg = torch._neg_view(x)
+        return (neg, x) if negated == "dst" else (x, neg)
+
+    cpu = torch.tensor([[1.0, -2.0, 0.0], [3.5, -0.0, float("inf")]])
+    ref = cpu.clone()
+    ref_dst, ref_src = views(ref)
+    ref_dst.copy_(ref_src)
+    x = cpu.to(DEVICE, copy=True)
+    with track_paths() as paths:
+        gems_copy_(*views(x))
+    assert paths.fallbacks == 0
+    assert_bit_exact(x, ref, f"{negated} negated, same memory")

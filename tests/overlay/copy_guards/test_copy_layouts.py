@@ -1,0 +1,281 @@
+# Copyright 2026 FlagOS Contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""KunlunXIN copy_ / copy over layouts: the kernel and rank of every launch, no aten
+fallback, bit-exact against torch on the host (through dispatch and by direct call,
+the functional copy, ranks 1 to 8, same-rank broadcasts, an SDPA mask end to end)."""
+
+import pytest
+import torch
+from guard_helpers import (
+    DEVICE,
+    DTYPE_PAIRS,
+    LAYOUTS,
+    Case,
+    assert_bit_exact,
+    copy_module,
+    expected_launches,
+    gems_copy_,
+    make_values,
+    strided_module,
+    track_paths,
+)
+
+import flag_gems
+from tests.test_copy_ops import _pair_id, _same
+
+pytestmark = pytest.mark.harness
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("pair", DTYPE_PAIRS, ids=_pair_id)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_copy_layout_dtype_matrix(layout, pair):
+    case = Case(layout, *pair)
+    with track_paths() as paths:
+        out = gems_copy_(case.dst, case.src)
+    assert out is case.dst
+    assert paths.fallbacks == 0, f"{case.name} fell back to aten"
+    expected = expected_launches(case.dst, case.src)
+    assert paths.launches == expected, f"{case.name}: {paths.launches}"
+    case.check()
+
+
+DIRECT_CASES = [(layout, torch.float32, torch.float32) for layout in LAYOUTS] + [
+    ("expand_row", torch.float32, torch.bfloat16),
+    ("transpose", torch.float32, torch.bfloat16),
+    ("sdpa_mask", torch.bool, torch.bool),
+    ("sdpa_mask", torch.float32, torch.float16),
+    ("permute4d", torch.int64, torch.int32),
+    ("step_slice", torch.float16, torch.float32),
+]
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize(
+    "layout, src_dtype, dst_dtype",
+    DIRECT_CASES,
+    ids=[f"{c[0]}-{_pair_id(c[1:])}" for c in DIRECT_CASES],
+)
+def test_copy_direct_call(layout, src_dtype, dst_dtype):
+    case = Case(layout, src_dtype, dst_dtype, seed=1)
+    with track_paths() as paths:
+        out = copy_module().copy_(case.dst, case.src)
+    assert out is case.dst
+    assert paths.fallbacks == 0, case.name
+    assert paths.launches == expected_launches(case.dst, case.src), case.name
+    case.check()
+
+
+@pytest.mark.copy
+@pytest.mark.parametrize("layout", ["transpose", "sdpa_mask"])
+def test_copy_functional(layout):
+    # the functional copy (a direct call: FlagGems registers no aten::copy) copies
+    # src into a tensor of the template's size and strides
+    case = Case(layout, torch.float32, torch.bfloat16, seed=2)
+    before = case.dst_base.clone()
+    with track_paths() as paths:
+        out = copy_module().copy(case.dst, case.src)
+    assert paths.fallbacks == 0
+    covers = case.dst.numel() == case.dst_base.numel()
+    clone = [] if covers else [("_copy_kernel", 1)]
+    assert paths.launches == clone + expected_launches(out, case.src), case.name
+    assert out.shape == case.dst.shape and out.stride() == case.dst.stride()
+    assert out.storage_offset() == case.dst.storage_offset()
+    assert out.untyped_storage().data_ptr() != case.dev_dst_base.data_ptr()
+    whole = out.as_strided(case.dst_base.shape, case.dst_base.stride(), 0)
+    assert_bit_exact(whole, case.reference(), case.name, exact_nans=False)
+    assert_bit_exact(case.dev_dst_base, before, "the template is not written")
+
+
+@pytest.mark.copy
+def test_copy_functional_keyword_arguments():
+    # copy(template, src=..., non_blocking=...): torch's argument names work
+    src = torch.randn(3, 5)
+    template = torch.empty(5, 3, device=DEVICE).t()
+    out = copy_module().copy(template, src=src.to(DEVICE), non_blocking=False)
+    assert out.stride() == template.stride()
+    assert_bit_exact(out, src, "keywords")
+
+
+@pytest.mark.copy_
+def test_copy_same_rank_broadcast_functional():
+    # copy(template, x[:1]): the functional form broadcasts the same way
+    src = torch.randn(4, 16)
+    template = torch.empty(6, 16, device=DEVICE)
+    out = copy_module().copy(template, src.to(DEVICE)[:1])
+    assert_bit_exact(out, src[:1].expand(6, 16).contiguous(), "copy(template, x[:1])")
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("rank", range(1, 9))
+@pytest.mark.parametrize(
+    "pair",
+    [(torch.float32, torch.float32), (torch.float32, torch.bfloat16)],
+    ids=_pair_id,
+)
+def test_copy_rank_coverage(rank, pair):
+    shape = tuple(2 + (i % 2) for i in range(rank))
+    gen = torch.Generator().manual_seed(rank)
+    src_base = make_values(shape[::-1], pair[0], pair[1], gen)
+    dst_base = make_values(shape[:-1] + (2 * shape[-1],), pair[1], pair[1], gen)
+
+    def src_view(t):  # reversed permutation
+        return t.permute(*reversed(range(rank)))
+
+    def dst_view(t):  # every other element of the innermost dim
+        return t[..., ::2]
+
+    dev_dst_base = dst_base.to(DEVICE, copy=True)
+    with track_paths() as paths:
+        gems_copy_(dst_view(dev_dst_base), src_view(src_base.to(DEVICE, copy=True)))
+    assert paths.fallbacks == 0 and paths.launches == [("copy_slice", rank)]
+    ref = dst_base.clone()
+    dst_view(ref).copy_(src_view(src_base))
+    assert_bit_exact(dev_dst_base, ref, f"rank{rank}", pair[0] == pair[1])
+
+
+# name: (src base shape, src view, dst base shape, dst view)
+SAME_RANK_BROADCASTS = {
+    # a (1, C) bias row into (N, C): the most common broadcast there is
+    "row_1xC": ((1, 33), _same, (8, 33), _same),
+    "row_into_two_rows": ((1, 33), _same, (2, 33), _same),
+    "first_row": ((5, 33), lambda s: s[:1], (8, 33), _same),
+    "row_into_transposed": ((1, 33), _same, (33, 8), lambda d: d.t()),
+    "row_into_step_slice": ((5, 33), lambda s: s[3:4], (8, 66), lambda d: d[:, ::2]),
+    # a middle dim: (B, 1, S) sliced out of a bigger tensor, into (B, H, S)
+    "middle_dim": ((3, 4, 10), lambda s: s[:, 1:2, ::2], (3, 6, 5), _same),
+    "outer_and_inner": ((1, 7, 1), _same, (4, 7, 3), _same),
+    "one_element_1x1": ((5, 6), lambda s: s[2:3, 4:5], (3, 4), _same),
+    "0d_view": ((6,), lambda s: s[4], (5, 7), _same),
+    "0d_into_0d": ((6,), lambda s: s[4], (3,), lambda d: d[2]),
+}
+SAME_RANK_PAIRS = [
+    (torch.float32, torch.float32),
+    (torch.float32, torch.bfloat16),
+    (torch.int64, torch.float16),
+    (torch.bfloat16, torch.float32),
+    (torch.int32, torch.bool),
+]
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("pair", SAME_RANK_PAIRS, ids=_pair_id)
+@pytest.mark.parametrize("layout", list(SAME_RANK_BROADCASTS))
+def test_copy_same_rank_broadcast(layout, pair):
+    src_shape, src_view, dst_shape, dst_view = SAME_RANK_BROADCASTS[layout]
+    gen = torch.Generator().manual_seed(11)
+    src_base = make_values(src_shape, pair[0], pair[1], gen)
+    dst_base = make_values(dst_shape, pair[1], pair[1], gen)
+    dev_dst_base = dst_base.to(DEVICE, copy=True)
+    src = src_view(src_base.to(DEVICE, copy=True))
+    dst = dst_view(dev_dst_base)
+    assert src.dim() in (0, dst.dim())
+    with track_paths() as paths:
+        gems_copy_(dst, src)
+    name = f"{layout}-{_pair_id(pair)}"
+    assert paths.fallbacks == 0, name
+    assert paths.launches == expected_launches(dst, src), f"{name}: {paths.launches}"
+    ref = dst_base.clone()
+    dst_view(ref).copy_(src_view(src_base))
+    assert_bit_exact(dev_dst_base, ref, name, pair[0] == pair[1])
+
+
+@pytest.mark.copy_
+def test_copy_into_size1_dim_with_zero_stride():
+    # one row of an expanded buffer, buf.expand(4, C)[1:2], has shape (1, C) and
+    # strides (0, 1): torch reports internal overlap only for a broadcast dim of
+    # size > 1, so it is written like any row
+    src = torch.randn(1, 16)
+    dst = torch.zeros(16, device=DEVICE)
+    view = dst.expand(4, 16)[1:2]
+    assert view.stride() == (0, 1)
+    with track_paths() as paths:
+        gems_copy_(view, src.to(DEVICE))
+    assert paths.fallbacks == 0 and paths.launches == [("_copy_kernel", 2)]
+    assert_bit_exact(dst, src[0], "a row of an expanded destination")
+
+
+@pytest.mark.copy_
+def test_copy_slice_kernel_is_kept():
+    # other kunlunxin ops (slice_scatter, select_scatter) import copy_slice from here
+    src = torch.randn(4, 6)
+    dst = torch.zeros(8, 6, device=DEVICE)
+    strided_module().copy_slice(src.to(DEVICE), out0=dst[::2])
+    ref = torch.zeros(8, 6)
+    ref[::2] = src
+    assert_bit_exact(dst, ref, "copy_slice into a step slice")
+
+
+@pytest.mark.copy_
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.float32])
+def test_sdpa_expanded_mask(mask_dtype):
+    B, H, S, D = 2, 4, 16, 8
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(B, H, S, D, generator=gen) for _ in range(3))
+    small = torch.rand(B, 1, 1, S, generator=gen) > 0.3
+    small[..., 0] = True  # no fully masked row
+    if mask_dtype is not torch.bool:
+        small = torch.zeros(B, 1, 1, S).masked_fill(~small, float("-inf"))
+    small = small.to(mask_dtype)
+
+    mask = torch.empty(B, H, S, S, dtype=mask_dtype, device=DEVICE)
+    with track_paths() as paths:
+        gems_copy_(mask, small.to(DEVICE).expand(B, H, S, S))
+    assert paths.fallbacks == 0 and paths.launches == [("copy_slice", 4)]
+    assert_bit_exact(mask, small.expand(B, H, S, S).contiguous(), "sdpa mask")
+
+    dq, dk, dv = (t.to(DEVICE) for t in (q, k, v))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    out = sdpa(dq, dk, dv, attn_mask=mask)
+    ref = sdpa(dq, dk, dv, attn_mask=small.expand(B, H, S, S).contiguous().to(DEVICE))
+    assert_bit_exact(out, ref.cpu(), "sdpa output")
+    # the seed's scenario: the expanded view straight into attention under use_gems
+    with flag_gems.use_gems(include=["copy_"]):
+        direct = sdpa(dq, dk, dv, attn_mask=small.to(DEVICE).expand(B, H, S, S))
+    torch.testing.assert_close(direct.cpu(), ref.cpu(), rtol=1e-5, atol=1e-5)
+
+
+def test_runs_flat_is_the_device_models_flat_loop():
+    """runs_flat (what the head integration leaves to native) says yes exactly where the
+    device model's native copy runs: one flat loop, every other layout faults."""
+    from copyfix.emulation import faults
+
+    runs_flat = strided_module().runs_flat
+    layouts = {
+        "contiguous": lambda: torch.empty(4, 6),
+        "transposed": lambda: torch.empty(6, 4).t(),
+        "step_slice": lambda: torch.empty(4, 12)[:, ::2],
+        "expanded": lambda: torch.empty(1, 6).expand(4, 6),
+        "permuted_3d": lambda: torch.empty(2, 3, 4).permute(2, 0, 1).reshape(4, 6),
+        "other_shape": lambda: torch.empty(6, 4),
+        "transposed_3d": lambda: torch.empty(6, 2, 2).permute(1, 2, 0).reshape(4, 6),
+    }
+    seen = set()
+    for d_name, make_dst in layouts.items():
+        for s_name, make_src in layouts.items():
+            dst, src = make_dst(), make_src()
+            want = faults.is_flat_loop(dst, src)
+            assert runs_flat(dst, src) == want, (d_name, s_name)
+            seen.add(want)
+    assert seen == {True, False}
+    # dense with equal strides, neither contiguous: flat
+    assert runs_flat(torch.empty(6, 4).t(), torch.empty(6, 4).t())
+    assert not runs_flat(torch.empty(6, 4).t(), torch.empty(4, 6))
+    # overlapping with equal strides: not flat
+    assert not runs_flat(torch.empty(1, 6).expand(4, 6), torch.empty(1, 6).expand(4, 6))
+    # both contiguous, with strides that differ in a size-1 dim: flat
+    dst, src = torch.empty(1, 6), torch.empty(6, 1).t()
+    assert dst.stride() != src.stride() and faults.is_flat_loop(dst, src)
+    assert runs_flat(dst, src)
