@@ -135,8 +135,15 @@ def make_worker(folder: Path, tests: list) -> None:
             rel = target.relative_to(REPO)  # overlay links point into REPO/src
             link.unlink()
             link.symlink_to(folder / rel)
-    # (tests/__init__.py: the PR tests import `from . import accuracy_utils`)
-    for rel in ["pyproject.toml", "tests/__init__.py", *tests]:
+    # (tests/__init__.py: the PR tests import `from . import accuracy_utils`; each
+    # test file's folder also brings its helper modules and conftest.py)
+    helpers = [
+        str(path.relative_to(REPO))
+        for folder_of_tests in sorted({(REPO / rel).parent for rel in tests})
+        for path in sorted(folder_of_tests.glob("*.py"))
+        if not path.name.startswith("test_")
+    ]
+    for rel in dict.fromkeys(["pyproject.toml", "tests/__init__.py", *helpers, *tests]):
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, folder / rel)
 
