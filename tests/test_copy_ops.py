@@ -440,7 +440,7 @@ def test_copy_to_and_from_host():
 @pytest.mark.copy_
 @pytest.mark.parametrize("mask_dtype", [torch.bool, torch.float32])
 def test_copy_sdpa_mask(mask_dtype):
-    # the seed's case: a (B, 1, 1, S) padding mask expanded to (B, H, S, S)
+    # a (B, 1, 1, S) padding mask expanded to (B, H, S, S), as attention takes it
     host_mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]]).to(mask_dtype)
     host_mask = host_mask[:, None, None, :]
     host_ref = torch.empty(2, 4, 4, 4, dtype=mask_dtype)

@@ -5,8 +5,8 @@ kunlunxin op), over every (src, dst) pair of copyfix.measure.generic_conversions
 layouts (contiguous, transpose, expand) and the edge values of each source dtype, and
 compares bit for bit with torch's copy_ on the same tensors (NaN by class; the float ->
 integer conversions C leaves undefined are not compared: see that module).  The
-pre-image op (the base file the overlay replaces) must differ on the issue's four cases,
-so these tests fail without the fix.
+pre-image op (the base file the overlay replaces) must differ on the four cases the fix
+is for (``generic_conversions.issue_cases``), so these tests fail without it.
 """
 
 import contextlib

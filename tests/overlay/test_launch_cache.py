@@ -2,7 +2,7 @@
 The cache is opt-in (off unless FLAGGEMS_LAUNCH_CACHE=1): every test here turns it on
 for its own scope (the autouse fixture) and restores the setting after.
 
-Every property the issue asks for, each by a test that fails without it:
+Every property the cache must have, each by a test that fails without it:
 a hit reuses the recorded compiled kernel and skips the derivations; a change of any
 key field misses (and a key that drops the field is caught: see
 test_dropping_a_key_field_is_caught); the current device, stream and launch hooks are

@@ -3,7 +3,7 @@ allocated by ``torch.empty_strided`` with ``torch.empty``'s strides, one lambda 
 a map and a filter.
 
 ``torch.broadcast_shapes`` is Python code that cost more than the cached launch it
-preceded (issue 25).  The patched ``where_self_out`` skips it when condition, self and
+preceded.  The patched ``where_self_out`` skips it when condition, self and
 other have one shape, and calls it as before otherwise, so results and errors are the
 base's.  Each test runs the composed module (patched) beside the base's pre-image, kept
 by the composer, on the same inputs, and compares both with torch bit for bit.

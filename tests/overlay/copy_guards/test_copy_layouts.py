@@ -241,7 +241,7 @@ def test_sdpa_expanded_mask(mask_dtype):
     out = sdpa(dq, dk, dv, attn_mask=mask)
     ref = sdpa(dq, dk, dv, attn_mask=small.expand(B, H, S, S).contiguous().to(DEVICE))
     assert_bit_exact(out, ref.cpu(), "sdpa output")
-    # the seed's scenario: the expanded view straight into attention under use_gems
+    # the expanded view straight into attention under use_gems, as a model passes it
     with flag_gems.use_gems(include=["copy_"]):
         direct = sdpa(dq, dk, dv, attn_mask=small.to(DEVICE).expand(B, H, S, S))
     torch.testing.assert_close(direct.cpu(), ref.cpu(), rtol=1e-5, atol=1e-5)
