@@ -126,8 +126,7 @@ def track(module):
 def small_copies_through_triton(module=None):
     """The fork's copy.py with its small-copy shortcut off: every copy takes the
     Triton path, as before the shortcut, so that tests built on small tensors still
-    run the kernels on contiguous same-dtype layouts (the shortcut itself is tested in
-    test_copy_guards.py's test_small_same_dtype_contiguous_copies_go_native).
+    run the kernels on contiguous same-dtype layouts.
 
     ``module`` is the copy module flag_gems dispatches to (default: the fork's,
     ``_kunlunxin.ops.copy``); a module without the shortcut is left as it is."""
