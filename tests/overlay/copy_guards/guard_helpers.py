@@ -209,6 +209,17 @@ class Case:
             self.dev_dst_base, self.reference(), self.name, self.exact_nans
         )
 
+    def copy_and_check(self):
+        """Tensor.copy_ under use_gems: no aten fallback, exactly the expected
+        launches, torch's result."""
+        with track_paths() as paths:
+            out = gems_copy_(self.dst, self.src)
+        assert out is self.dst
+        assert paths.fallbacks == 0, f"{self.name} fell back to aten"
+        expected = expected_launches(self.dst, self.src)
+        assert paths.launches == expected, f"{self.name}: {paths.launches}"
+        self.check()
+
 
 def _negated(view):
     return lambda t: torch._neg_view(view(t))

@@ -16,19 +16,9 @@
 the snapshot taken exactly when the source must be read first, no-ops, empty, 0-d
 and zero tensors, conjugate and negation bits on one storage."""
 
+import guard_helpers as gh
 import pytest
 import torch
-from guard_helpers import (
-    DEVICE,
-    assert_bit_exact,
-    copy_module,
-    expected_launches,
-    gems_copy_,
-    host_view,
-    strided_module,
-    torch_error,
-    track_paths,
-)
 
 pytestmark = pytest.mark.harness
 
@@ -49,13 +39,28 @@ def test_copy_alias_empty_destination(views):
     # an empty view's data_ptr() is null: no bytes, no overlap, nothing to do (torch's
     # copy_ is a no-op too)
     cpu = torch.arange(16.0)
-    x = cpu.to(DEVICE, copy=True)
+    x = cpu.to(gh.DEVICE, copy=True)
     dst, src = views(x)
     assert dst.data_ptr() == 0 and torch._C._is_alias_of(dst, src)
-    with track_paths() as paths:
-        gems_copy_(dst, src)
+    with gh.track_paths() as paths:
+        gh.gems_copy_(dst, src)
     assert paths.launches == [] and paths.fallbacks == 0
-    assert_bit_exact(x, cpu, "empty destination")
+    gh.assert_bit_exact(x, cpu, "empty destination")
+
+
+def _copy_within_one_buffer(make, cpu, snapshot, what):
+    """dst, src = make(buffer), copied on the device against torch's copy on the host
+    with every element reading its old value; a snapshot launch first or none."""
+    x = cpu.to(gh.DEVICE, copy=True)
+    dst, src = make(x)
+    with gh.track_paths() as paths:
+        gh.gems_copy_(dst, src)
+    ref = cpu.clone()
+    ref_dst, ref_src = make(ref)
+    ref_dst.copy_(ref_src.clone())
+    assert paths.fallbacks == 0
+    assert paths.launches == gh.expected_launches(dst, src, snapshot)
+    gh.assert_bit_exact(x, ref, what)
 
 
 _ALIAS_WITHOUT_ERROR = {
@@ -70,19 +75,10 @@ _ALIAS_WITHOUT_ERROR = {
 @pytest.mark.copy_
 @pytest.mark.parametrize("views", list(_ALIAS_WITHOUT_ERROR))
 def test_copy_alias_without_error(views):
-    make = _ALIAS_WITHOUT_ERROR[views]
-    cpu = torch.randn(6, 8)
-    x = cpu.to(DEVICE, copy=True)
-    dst, src = make(x)
-    with track_paths() as paths:
-        gems_copy_(dst, src)
-    ref = cpu.clone()
-    ref_dst, ref_src = make(ref)
-    ref_dst.copy_(ref_src)
     # the byte ranges overlap, the source is not dense: it is read whole first
-    assert paths.fallbacks == 0
-    assert paths.launches == expected_launches(dst, src, snapshot=True)
-    assert_bit_exact(x, ref, views)
+    _copy_within_one_buffer(
+        _ALIAS_WITHOUT_ERROR[views], torch.randn(6, 8), snapshot=True, what=views
+    )
 
 
 @pytest.mark.copy_
@@ -96,18 +92,18 @@ def test_copy_alias_disjoint_halves_need_no_snapshot(step, dst_rows, src_rows):
     # x[2:4, ::step] <- x[0:2, ::step] and back, touching or not: one buffer,
     # disjoint bytes: no error, one launch
     cpu = torch.randn(5, 6)
-    x = cpu.to(DEVICE, copy=True)
+    x = cpu.to(gh.DEVICE, copy=True)
 
     def views(t):
         return t[dst_rows : dst_rows + 2, ::step], t[src_rows : src_rows + 2, ::step]
 
-    with track_paths() as paths:
-        gems_copy_(*views(x))
+    with gh.track_paths() as paths:
+        gh.gems_copy_(*views(x))
     ref = cpu.clone()
     (lambda d, s: d.copy_(s))(*views(ref))
     assert paths.fallbacks == 0
-    assert paths.launches == expected_launches(*views(x))  # no snapshot launch
-    assert_bit_exact(x, ref, "disjoint halves")
+    assert paths.launches == gh.expected_launches(*views(x))  # no snapshot launch
+    gh.assert_bit_exact(x, ref, "disjoint halves")
 
 
 @pytest.mark.copy_
@@ -124,53 +120,53 @@ def test_copy_alias_strided_views_read_first_only_when_sharing(
     # written (a snapshot launch, then the copy). One view starting right after the
     # other's last element is no overlap: one launch.
     cpu = torch.randn(n)
-    x = cpu.to(DEVICE, copy=True)
+    x = cpu.to(gh.DEVICE, copy=True)
     dst, src = x[dst_start : dst_start + 5 : 2], x[src_start : src_start + 5 : 2]
-    with track_paths() as paths:
-        gems_copy_(dst, src)
+    with gh.track_paths() as paths:
+        gh.gems_copy_(dst, src)
     ref = cpu.clone()
     ref[dst_start : dst_start + 5 : 2] = cpu[src_start : src_start + 5 : 2].clone()
     assert paths.fallbacks == 0
-    assert paths.launches == expected_launches(dst, src, snapshot)
-    assert_bit_exact(x, ref, f"x[{dst_start}::2] <- x[{src_start}::2]")
+    assert paths.launches == gh.expected_launches(dst, src, snapshot)
+    gh.assert_bit_exact(x, ref, f"x[{dst_start}::2] <- x[{src_start}::2]")
 
 
 @pytest.mark.copy_
 def test_copy_alias_overlapping_views_read_before_write():
     # Overlap torch cannot classify (non-dense views): we read all of src first.
     cpu = torch.randn(5, 9)
-    x = cpu.to(DEVICE, copy=True)
-    with track_paths() as paths:
-        gems_copy_(x[:, 1:], x[:, :-1])
+    x = cpu.to(gh.DEVICE, copy=True)
+    with gh.track_paths() as paths:
+        gh.gems_copy_(x[:, 1:], x[:, :-1])
     ref = cpu.clone()
     ref[:, 1:] = cpu[:, :-1].clone()
     assert paths.fallbacks == 0
     assert paths.launches == [("copy_slice", 2), ("copy_slice", 2)]  # snapshot, copy
-    assert_bit_exact(x, ref, "shifted alias")
+    gh.assert_bit_exact(x, ref, "shifted alias")
 
 
 @pytest.mark.copy_
 def test_copy_self_alias_is_noop():
-    x = torch.randn(4, 6, device=DEVICE).t()
+    x = torch.randn(4, 6, device=gh.DEVICE).t()
     before = x.clone()
-    with track_paths() as paths:
-        gems_copy_(x, x)
-        gems_copy_(x, x[:])  # another view with identical metadata
+    with gh.track_paths() as paths:
+        gh.gems_copy_(x, x)
+        gh.gems_copy_(x, x[:])  # another view with identical metadata
     assert paths.launches == [] and paths.fallbacks == 0
-    assert_bit_exact(x, before.cpu(), "self copy")
+    gh.assert_bit_exact(x, before.cpu(), "self copy")
 
 
 @pytest.mark.copy_
 def test_copy_full_overlap_dtype_view():
     # Same bytes, same strides, other dtype: torch allows the in-place cast.
     cpu = (torch.randn(8, 8) * 1000).round()
-    x = cpu.to(DEVICE, copy=True)
-    with track_paths() as paths:
-        gems_copy_(x.view(torch.int32), x)
+    x = cpu.to(gh.DEVICE, copy=True)
+    with gh.track_paths() as paths:
+        gh.gems_copy_(x.view(torch.int32), x)
     ref = cpu.clone()
     ref.view(torch.int32).copy_(ref)
     assert paths.fallbacks == 0 and paths.launches == [("_copy_kernel", 2)]
-    assert_bit_exact(x, ref, "int32 view of itself")
+    gh.assert_bit_exact(x, ref, "int32 view of itself")
 
 
 # Aliasing and special tensors, each against torch's result or error (destination
@@ -257,13 +253,15 @@ def test_copy_alias_and_special_tensors(variant):
     # views torch cannot classify, the same view): torch's result or error
     cpu = torch.arange(16, dtype=torch.float32) - 5
     aliasing = variant in _ALIASING
-    buf = cpu.to(DEVICE, copy=True) if aliasing else torch.zeros(16, device=DEVICE)
+    buf = (
+        cpu.to(gh.DEVICE, copy=True) if aliasing else torch.zeros(16, device=gh.DEVICE)
+    )
     ref_buf = cpu.clone() if aliasing else torch.zeros(16)
-    dst, src = _variant(variant, buf, cpu.to(DEVICE))
+    dst, src = _variant(variant, buf, cpu.to(gh.DEVICE))
     ref_dst, ref_src = _variant(variant, ref_buf, cpu)
     if variant.startswith("overlapping_views"):  # every element reads its old value
         ref_src = ref_src.clone()
-    before = host_view(buf).clone()
+    before = gh.host_view(buf).clone()
     try:
         ref_dst.copy_(ref_src)
         error = None
@@ -271,48 +269,52 @@ def test_copy_alias_and_special_tensors(variant):
         error = exc
     kernels = _VARIANT_KERNELS[variant]
     assert (error is None) == (kernels is not None), f"torch: {error!r}"
-    with track_paths() as paths:
+    with gh.track_paths() as paths:
         if error is None:
-            assert copy_module().copy_(dst, src) is dst
+            assert gh.copy_module().copy_(dst, src) is dst
         else:
             with pytest.raises(type(error)) as err:
-                copy_module().copy_(dst, src)
+                gh.copy_module().copy_(dst, src)
     if error is None:
-        assert_bit_exact(buf, ref_buf, variant)
+        gh.assert_bit_exact(buf, ref_buf, variant)
     else:
         assert str(err.value) == str(error)
-        assert_bit_exact(buf, before, f"{variant}: destination untouched")
+        gh.assert_bit_exact(buf, before, f"{variant}: destination untouched")
     assert paths.fallbacks == (variant == "src_meta")
     assert paths.launches == [(k, dst.dim()) for k in kernels or []]
 
 
 @pytest.mark.copy_
 def test_copy_empty():
-    with track_paths() as paths:
-        gems_copy_(torch.empty(0, 3, device=DEVICE), torch.ones(3, device=DEVICE))
-        gems_copy_(
-            torch.empty(3, 0, device=DEVICE).t(),
-            torch.empty(3, device=DEVICE).expand(0, 3),
+    with gh.track_paths() as paths:
+        gh.gems_copy_(
+            torch.empty(0, 3, device=gh.DEVICE), torch.ones(3, device=gh.DEVICE)
+        )
+        gh.gems_copy_(
+            torch.empty(3, 0, device=gh.DEVICE).t(),
+            torch.empty(3, device=gh.DEVICE).expand(0, 3),
         )
         # an empty view of a buffer overlapping the source's bytes (its sizes and
         # strides span them): no element, so no overlap either, as torch
-        x = torch.zeros(16, device=DEVICE)
+        x = torch.zeros(16, device=gh.DEVICE)
         torch.zeros(16).view(4, 4)[:, :0].copy_(torch.zeros(16)[5:6])  # torch: ok
-        gems_copy_(x.view(4, 4)[:, :0], x[5:6])
+        gh.gems_copy_(x.view(4, 4)[:, :0], x[5:6])
         # an empty destination with a stride-0 dim of size > 1: no internal
         # overlap for torch (no element at all)
-        dst = torch.empty(1, device=DEVICE).as_strided((4, 0), (0, 1))
+        dst = torch.empty(1, device=gh.DEVICE).as_strided((4, 0), (0, 1))
         torch.empty(1).as_strided((4, 0), (0, 1)).copy_(torch.ones(4, 0))  # torch: ok
-        gems_copy_(dst, torch.ones(4, 0, device=DEVICE))
+        gh.gems_copy_(dst, torch.ones(4, 0, device=gh.DEVICE))
     assert paths.launches == [] and paths.fallbacks == 0
 
 
 @pytest.mark.copy_
 def test_copy_zero_dim():
-    dst = torch.zeros((), device=DEVICE)
-    with track_paths() as paths:
-        gems_copy_(dst, torch.tensor(2.5, device=DEVICE))
-        gems_copy_(torch.empty(3, device=DEVICE)[1], torch.tensor(1.0, device=DEVICE))
+    dst = torch.zeros((), device=gh.DEVICE)
+    with gh.track_paths() as paths:
+        gh.gems_copy_(dst, torch.tensor(2.5, device=gh.DEVICE))
+        gh.gems_copy_(
+            torch.empty(3, device=gh.DEVICE)[1], torch.tensor(1.0, device=gh.DEVICE)
+        )
     assert paths.fallbacks == 0
     assert paths.launches == [("_copy_kernel", 0), ("_copy_kernel", 0)]
     assert dst.item() == 2.5
@@ -320,14 +322,16 @@ def test_copy_zero_dim():
 
 @pytest.mark.copy_
 def test_copy_zero_tensors():
-    z = torch._efficientzerotensor(3, device=DEVICE)
-    expected = torch_error(lambda: torch._efficientzerotensor(3).copy_(torch.ones(3)))
+    z = torch._efficientzerotensor(3, device=gh.DEVICE)
+    expected = gh.torch_error(
+        lambda: torch._efficientzerotensor(3).copy_(torch.ones(3))
+    )
     with pytest.raises(expected[0]) as err:
-        copy_module().copy_(z, torch.ones(3, device=DEVICE))
+        gh.copy_module().copy_(z, torch.ones(3, device=gh.DEVICE))
     assert str(err.value) == expected[1]
-    dst = torch.ones(2, 3, device=DEVICE)
-    with track_paths() as paths:
-        copy_module().copy_(dst, torch._efficientzerotensor(3, device=DEVICE))
+    dst = torch.ones(2, 3, device=gh.DEVICE)
+    with gh.track_paths() as paths:
+        gh.copy_module().copy_(dst, torch._efficientzerotensor(3, device=gh.DEVICE))
     assert paths.launches == [] and paths.fallbacks == 0
     assert bool((dst.cpu() == 0).all())
 
@@ -366,10 +370,10 @@ _READ_FIRST = {
 @pytest.mark.parametrize("case", list(_READ_FIRST))
 def test_must_read_src_first(case):
     make, expected = _READ_FIRST[case]
-    dst, src = make(torch.zeros(16, device=DEVICE))
-    must_read_src_first = strided_module()._must_read_src_first
+    dst, src = make(torch.zeros(16, device=gh.DEVICE))
+    must_read_src_first = gh.strided_module()._must_read_src_first
     if expected == "raise":
-        torch_expected = torch_error(
+        torch_expected = gh.torch_error(
             lambda: (lambda d, s: d.copy_(s))(*make(torch.zeros(16)))
         )
         with pytest.raises(torch_expected[0]) as err:
@@ -391,17 +395,7 @@ def test_must_read_src_first(case):
 )
 def test_copy_alias_snapshot_is_taken_when_must_read_src_first(case):
     make, snapshot = _READ_FIRST[case]
-    cpu = torch.randn(16)
-    x = cpu.to(DEVICE, copy=True)
-    dst, src = make(x)
-    with track_paths() as paths:
-        gems_copy_(dst, src)
-    ref = cpu.clone()
-    ref_dst, ref_src = make(ref)
-    ref_dst.copy_(ref_src.clone())  # every element reads its old value
-    assert paths.fallbacks == 0
-    assert paths.launches == expected_launches(dst, src, snapshot)
-    assert_bit_exact(x, ref, case)
+    _copy_within_one_buffer(make, torch.randn(16), snapshot, what=case)
 
 
 @pytest.mark.copy_
@@ -410,8 +404,8 @@ def test_copy_into_a_conjugate_view_of_itself_is_not_a_noop():
     # no-op (torch writes conj(z) into z's memory); complex goes to aten
     host = torch.tensor([1 + 2j, -3 - 4j, 5j], dtype=torch.complex64)
     host.conj().copy_(host)
-    z = torch.tensor([1 + 2j, -3 - 4j, 5j], dtype=torch.complex64, device=DEVICE)
-    copy_module().copy_(z.conj(), z)
+    z = torch.tensor([1 + 2j, -3 - 4j, 5j], dtype=torch.complex64, device=gh.DEVICE)
+    gh.copy_module().copy_(z.conj(), z)
     assert torch.equal(z.cpu(), host)
 
 
@@ -420,8 +414,8 @@ def test_copy_of_a_conjugate_view_into_itself_is_not_a_noop():
     # the other way round: only src has the conjugate bit
     host = torch.tensor([1 + 2j, -3 - 4j, 5j], dtype=torch.complex64)
     host.copy_(host.conj())
-    z = torch.tensor([1 + 2j, -3 - 4j, 5j], dtype=torch.complex64, device=DEVICE)
-    copy_module().copy_(z, z.conj())
+    z = torch.tensor([1 + 2j, -3 - 4j, 5j], dtype=torch.complex64, device=gh.DEVICE)
+    gh.copy_module().copy_(z, z.conj())
     assert torch.equal(z.cpu(), host)
 
 
@@ -438,8 +432,8 @@ def test_copy_between_a_tensor_and_its_negated_view_is_not_a_noop(negated):
     ref = cpu.clone()
     ref_dst, ref_src = views(ref)
     ref_dst.copy_(ref_src)
-    x = cpu.to(DEVICE, copy=True)
-    with track_paths() as paths:
-        gems_copy_(*views(x))
+    x = cpu.to(gh.DEVICE, copy=True)
+    with gh.track_paths() as paths:
+        gh.gems_copy_(*views(x))
     assert paths.fallbacks == 0
-    assert_bit_exact(x, ref, f"{negated} negated, same memory")
+    gh.assert_bit_exact(x, ref, f"{negated} negated, same memory")

@@ -15,17 +15,9 @@
 """KunlunXIN copy_ raises torch's error, with torch's text, before writing anything:
 illegal broadcasts, overlap torch refuses, internal overlap of the destination."""
 
+import guard_helpers as gh
 import pytest
 import torch
-from guard_helpers import (
-    DEVICE,
-    assert_bit_exact,
-    copy_module,
-    gems_copy_,
-    strided_module,
-    torch_error,
-    track_paths,
-)
 
 pytestmark = pytest.mark.harness
 
@@ -45,11 +37,13 @@ pytestmark = pytest.mark.harness
     ],
 )
 def test_copy_illegal_broadcast(dst_shape, src_shape):
-    expected = torch_error(lambda: torch.zeros(dst_shape).copy_(torch.ones(src_shape)))
-    dst = torch.full(dst_shape, 7.0, device=DEVICE)
-    src = torch.ones(src_shape, device=DEVICE)
-    with track_paths() as paths, pytest.raises(expected[0]) as err:
-        gems_copy_(dst, src)
+    expected = gh.torch_error(
+        lambda: torch.zeros(dst_shape).copy_(torch.ones(src_shape))
+    )
+    dst = torch.full(dst_shape, 7.0, device=gh.DEVICE)
+    src = torch.ones(src_shape, device=gh.DEVICE)
+    with gh.track_paths() as paths, pytest.raises(expected[0]) as err:
+        gh.gems_copy_(dst, src)
     assert str(err.value) == expected[1]
     assert paths.launches == [] and paths.fallbacks == 0
     assert bool((dst.cpu() == 7.0).all()), "destination was written before the error"
@@ -111,13 +105,13 @@ def _overlap_cases():
 def test_copy_overlap_errors(kind):
     make = _overlap_cases()[kind]
     cpu = torch.arange(16.0).view(4, 4)
-    expected = torch_error(lambda: (lambda d, s: d.copy_(s))(*make(cpu.clone())))
-    x = cpu.to(DEVICE, copy=True)
-    with track_paths() as paths, pytest.raises(expected[0]) as err:
-        gems_copy_(*make(x))
+    expected = gh.torch_error(lambda: (lambda d, s: d.copy_(s))(*make(cpu.clone())))
+    x = cpu.to(gh.DEVICE, copy=True)
+    with gh.track_paths() as paths, pytest.raises(expected[0]) as err:
+        gh.gems_copy_(*make(x))
     assert str(err.value) == expected[1]
     assert paths.launches == [] and paths.fallbacks == 0
-    assert_bit_exact(x, cpu, f"{kind}: destination untouched")
+    gh.assert_bit_exact(x, cpu, f"{kind}: destination untouched")
 
 
 @pytest.mark.copy_
@@ -129,10 +123,10 @@ def test_copy_overlap_errors(kind):
 def test_copy_alias_size_mismatch_reports_the_broadcast_error(views):
     # torch checks overlap only for non-empty tensors, and a view of the same start
     # and strides is a no-op only at the same shape: the size mismatch is the error
-    expected = torch_error(lambda: (lambda d, s: d.copy_(s))(*views(torch.zeros(6))))
-    x = torch.full((6,), 7.0, device=DEVICE)
+    expected = gh.torch_error(lambda: (lambda d, s: d.copy_(s))(*views(torch.zeros(6))))
+    x = torch.full((6,), 7.0, device=gh.DEVICE)
     with pytest.raises(expected[0]) as err:
-        gems_copy_(*views(x))
+        gh.gems_copy_(*views(x))
     assert str(err.value) == expected[1]
     assert bool((x.cpu() == 7.0).all())
 
@@ -145,16 +139,16 @@ def test_copy_internal_overlap_is_checked_for_a_non_empty_destination_only(
     # too, and torch calls it contiguous, which copy_ asks first: pinned with a
     # helper that says Yes, an empty (also a permuted empty) dst still copies, a
     # non-contiguous one raises
-    mod, op = strided_module(), copy_module()
+    mod, op = gh.strided_module(), gh.copy_module()
     monkeypatch.setattr(mod, "has_internal_overlapping", lambda t: mod.MemOverlap.Yes)
     for empty in (
-        torch.empty(0, 3, device=DEVICE),
-        torch.empty(3, 0, device=DEVICE).t(),
+        torch.empty(0, 3, device=gh.DEVICE),
+        torch.empty(3, 0, device=gh.DEVICE).t(),
     ):
-        with track_paths() as paths:
-            assert op.copy_(empty, torch.ones(3, device=DEVICE)) is empty
+        with gh.track_paths() as paths:
+            assert op.copy_(empty, torch.ones(3, device=gh.DEVICE)) is empty
         assert paths.launches == [] and paths.fallbacks == 0
-    dst = torch.zeros(3, 2, device=DEVICE).t()
+    dst = torch.zeros(3, 2, device=gh.DEVICE).t()
     with pytest.raises(RuntimeError, match="more than one element of the written-to"):
-        op.copy_(dst, torch.ones(3, device=DEVICE))
+        op.copy_(dst, torch.ones(3, device=gh.DEVICE))
     assert bool((dst.cpu() == 0).all())

@@ -17,19 +17,9 @@ quantized, sparse, cross-device and meta copies; torch's warnings and errors kep
 
 import warnings
 
+import guard_helpers as gh
 import pytest
 import torch
-from guard_helpers import (
-    DEVICE,
-    FLOAT_DTYPES,
-    INT_DTYPES,
-    assert_bit_exact,
-    copy_module,
-    gems_copy_,
-    strided_module,
-    torch_error,
-    track_paths,
-)
 
 import flag_gems
 
@@ -47,32 +37,32 @@ def test_copy_direct_call_defaults_to_a_blocking_copy(monkeypatch):
         return redispatch(*args)
 
     monkeypatch.setattr(torch.ops.aten.copy_.default, "redispatch", spy)
-    src = torch.randn(3, 4, dtype=torch.complex64, device=DEVICE)  # a fallback dtype
+    src = torch.randn(3, 4, dtype=torch.complex64, device=gh.DEVICE)  # a fallback dtype
 
     def dst():
-        return torch.zeros(3, 4, dtype=torch.complex64, device=DEVICE)
+        return torch.zeros(3, 4, dtype=torch.complex64, device=gh.DEVICE)
 
-    copy_module().copy_(dst(), src)
-    copy_module().copy_(dst(), src, True)
-    copy_module().copy(dst(), src)  # functional copy
-    copy_module().copy(dst(), src, non_blocking=True)
+    gh.copy_module().copy_(dst(), src)
+    gh.copy_module().copy_(dst(), src, True)
+    gh.copy_module().copy(dst(), src)  # functional copy
+    gh.copy_module().copy(dst(), src, non_blocking=True)
     assert seen == [False, True, False, True]
 
 
 @pytest.mark.copy_
 def test_copy_complex_to_real_keeps_warning():
     src = torch.randn(4, 6, dtype=torch.complex64)
-    dst = torch.zeros(4, 6, device=DEVICE)
+    dst = torch.zeros(4, 6, device=gh.DEVICE)
     torch.set_warn_always(True)
     try:
-        with track_paths() as paths, warnings.catch_warnings(record=True) as caught:
+        with gh.track_paths() as paths, warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            gems_copy_(dst, src.to(DEVICE))
+            gh.gems_copy_(dst, src.to(gh.DEVICE))
     finally:
         torch.set_warn_always(False)
     assert paths.fallbacks == 1 and paths.launches == []
     assert any("discards the imaginary part" in str(w.message) for w in caught)
-    assert_bit_exact(dst, src.real.contiguous(), "complex->real")
+    gh.assert_bit_exact(dst, src.real.contiguous(), "complex->real")
 
 
 @pytest.mark.copy_
@@ -91,29 +81,29 @@ def test_copy_fallback_dtypes():
         cases.append((torch.float8_e8m0fnu, torch.float32, True))
     for src_dtype, dst_dtype, falls_back in cases:
         src = (torch.rand(3, 5) * 8).to(src_dtype)
-        dst = torch.zeros(3, 5, dtype=dst_dtype, device=DEVICE)
-        with track_paths() as paths:
-            gems_copy_(dst, src.to(DEVICE))
+        dst = torch.zeros(3, 5, dtype=dst_dtype, device=gh.DEVICE)
+        with gh.track_paths() as paths:
+            gh.gems_copy_(dst, src.to(gh.DEVICE))
         what = f"{src_dtype}->{dst_dtype}"
         assert (paths.fallbacks, len(paths.launches)) == (
             (1, 0) if falls_back else (0, 1)
         ), what
-        assert_bit_exact(dst, src.to(dst_dtype), what)
+        gh.assert_bit_exact(dst, src.to(dst_dtype), what)
 
 
 @pytest.mark.copy_
 def test_copy_fallback_reasons_name_the_cause():
     # the debug line of every fallback says why, so a slow path can be traced
-    reason = strided_module().fallback_reason
+    reason = gh.strided_module().fallback_reason
 
-    def t(dtype=torch.float32, device=DEVICE):
+    def t(dtype=torch.float32, device=gh.DEVICE):
         return torch.zeros(2, 3, dtype=dtype, device=device)
 
     x = t()
     assert reason(x, t()) is None
     assert reason(x, torch._neg_view(t())) is None  # negation runs in Triton
     assert reason(torch._neg_view(x), t()) is None
-    for dtype in INT_DTYPES + FLOAT_DTYPES:
+    for dtype in gh.INT_DTYPES + gh.FLOAT_DTYPES:
         assert reason(t(dtype), t(torch.bool)) is None
         assert reason(t(torch.bool), t(dtype)) is None
     if not flag_gems.runtime.device.support_fp64:
@@ -141,8 +131,8 @@ def test_copy_fallback_reasons_name_the_cause():
 def test_copy_quantized_goes_to_fallback():
     q = torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8)
     dst_q = torch.quantize_per_tensor(torch.zeros(4), 0.1, 0, torch.qint8)
-    with track_paths() as paths:
-        copy_module().copy_(dst_q, q)
+    with gh.track_paths() as paths:
+        gh.copy_module().copy_(dst_q, q)
     assert paths.fallbacks == 1 and paths.launches == []
     assert torch.equal(dst_q.int_repr(), q.int_repr())
 
@@ -150,18 +140,18 @@ def test_copy_quantized_goes_to_fallback():
 @pytest.mark.copy_
 def test_copy_sparse_is_dispatched_by_layout():
     # Tensor.copy_ picks the sparse kernel itself: copy_ is never reached
-    sparse = torch.eye(3).to_sparse().to(DEVICE)
+    sparse = torch.eye(3).to_sparse().to(gh.DEVICE)
     # (torch's text names the device's tensor types: the reference runs there)
-    expected = torch_error(lambda: torch.zeros(3, 3, device=DEVICE).copy_(sparse))
-    with track_paths() as paths, pytest.raises(expected[0]) as err:
-        gems_copy_(torch.zeros(3, 3, device=DEVICE), sparse)
+    expected = gh.torch_error(lambda: torch.zeros(3, 3, device=gh.DEVICE).copy_(sparse))
+    with gh.track_paths() as paths, pytest.raises(expected[0]) as err:
+        gh.gems_copy_(torch.zeros(3, 3, device=gh.DEVICE), sparse)
     assert str(err.value) == expected[1]
     assert paths.launches == [] and paths.fallbacks == 0
     # sparse into sparse: the sparse kernel, which copies its dense indices and
     # values with copy_ (those reach the op as plain dense copies)
-    dst = torch.zeros(3, 3).to_sparse().to(DEVICE)
-    with track_paths() as paths:
-        gems_copy_(dst, sparse.to(DEVICE))
+    dst = torch.zeros(3, 3).to_sparse().to(gh.DEVICE)
+    with gh.track_paths() as paths:
+        gh.gems_copy_(dst, sparse.to(gh.DEVICE))
     assert torch.equal(dst.to_dense().cpu(), torch.eye(3))
     assert paths.fallbacks == 0
 
@@ -178,10 +168,10 @@ def test_copy_direct_call_with_sparse_gets_torchs_error(sparse_side):
         return (dense, sparse) if sparse_side == "src" else (sparse, dense)
 
     # torch's own error on the device (its text names the device's tensor types)
-    expected = torch_error(lambda: make(DEVICE)[0].copy_(make(DEVICE)[1]))
-    dst, src = make(DEVICE)
-    with track_paths() as paths, pytest.raises(expected[0]) as err:
-        copy_module().copy_(dst, src)
+    expected = gh.torch_error(lambda: make(gh.DEVICE)[0].copy_(make(gh.DEVICE)[1]))
+    dst, src = make(gh.DEVICE)
+    with gh.track_paths() as paths, pytest.raises(expected[0]) as err:
+        gh.copy_module().copy_(dst, src)
     assert str(err.value) == expected[1]
     assert paths.launches == [] and paths.fallbacks == 0
     assert torch.equal(dst.to_dense().cpu(), make("cpu")[0].to_dense())
@@ -190,28 +180,28 @@ def test_copy_direct_call_with_sparse_gets_torchs_error(sparse_side):
 @pytest.mark.copy_
 def test_copy_direct_call_between_sparse_tensors():
     # sparse into sparse: the sparse kernel, as Tensor.copy_ would run it
-    dst = torch.zeros(3, 3).to_sparse().to(DEVICE)
-    src = (torch.eye(3) * 2).to_sparse().to(DEVICE)
-    assert copy_module().copy_(dst, src) is dst
+    dst = torch.zeros(3, 3).to_sparse().to(gh.DEVICE)
+    src = (torch.eye(3) * 2).to_sparse().to(gh.DEVICE)
+    assert gh.copy_module().copy_(dst, src) is dst
     assert torch.equal(dst.to_dense().cpu(), torch.eye(3) * 2)
 
 
 @pytest.mark.copy_
 def test_copy_cross_device_goes_to_fallback():
     src = torch.empty(3, 4, device="meta")
-    expected = torch_error(lambda: torch.zeros(3, 4).copy_(src))
-    dst = torch.zeros(3, 4, device=DEVICE)
-    with track_paths() as paths, pytest.raises(expected[0]) as err:
-        copy_module().copy_(dst, src)
+    expected = gh.torch_error(lambda: torch.zeros(3, 4).copy_(src))
+    dst = torch.zeros(3, 4, device=gh.DEVICE)
+    with gh.track_paths() as paths, pytest.raises(expected[0]) as err:
+        gh.copy_module().copy_(dst, src)
     assert str(err.value) == expected[1]
     assert paths.fallbacks == 1 and paths.launches == []
     meta = torch.empty(3, 4, device="meta")  # into meta: nothing to do, as torch
-    with track_paths() as paths:
-        assert copy_module().copy_(meta, torch.ones(3, 4, device=DEVICE)) is meta
+    with gh.track_paths() as paths:
+        assert gh.copy_module().copy_(meta, torch.ones(3, 4, device=gh.DEVICE)) is meta
     assert paths.fallbacks == 1 and paths.launches == []
-    if DEVICE != "cpu":  # host -> device, contiguous: the runtime's memcpy
+    if gh.DEVICE != "cpu":  # host -> device, contiguous: the runtime's memcpy
         cpu_src = torch.randn(3, 4)
-        with track_paths() as paths:
-            copy_module().copy_(dst, cpu_src)
+        with gh.track_paths() as paths:
+            gh.copy_module().copy_(dst, cpu_src)
         assert paths.fallbacks == 1
-        assert_bit_exact(dst, cpu_src, "host to device")
+        gh.assert_bit_exact(dst, cpu_src, "host to device")

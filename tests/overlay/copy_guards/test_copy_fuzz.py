@@ -17,20 +17,10 @@ pairs, each launch counted and the result compared with torch's bit for bit."""
 
 import os
 
+import guard_helpers as gh
 import hypothesis
 import pytest
 import torch
-from guard_helpers import (
-    DEVICE,
-    DTYPE_PAIRS,
-    SHORT,
-    assert_bit_exact,
-    expected_launches,
-    gems_copy_,
-    make_values,
-    torch_copy_,
-    track_paths,
-)
 
 pytestmark = pytest.mark.harness
 
@@ -85,7 +75,7 @@ def strided_views(draw, shape, allow_broadcast):
 def copy_problems(draw):
     rank = draw(st.integers(0, 6))
     shape = tuple(draw(st.sampled_from([0, 1, 1, 2, 2, 3, 3, 4])) for _ in range(rank))
-    pair = draw(st.sampled_from(DTYPE_PAIRS))
+    pair = draw(st.sampled_from(gh.DTYPE_PAIRS))
     src = draw(strided_views(shape, allow_broadcast=True))
     dst = draw(strided_views(shape, allow_broadcast=False))
     return shape, pair, src, dst
@@ -105,25 +95,29 @@ def test_copy_fuzz(problem, seed):
         src,
         dst,
     )
-    layout = f"{SHORT[src_dtype]}->{SHORT[dst_dtype]} src={src_spec} dst={dst_spec}"
+    layout = (
+        f"{gh.SHORT[src_dtype]}->{gh.SHORT[dst_dtype]} src={src_spec} dst={dst_spec}"
+    )
     hypothesis.note(layout)
     gen = torch.Generator().manual_seed(seed)
-    src_base = make_values(tuple(src_base_shape), src_dtype, dst_dtype, gen)
-    dst_base = make_values(tuple(dst_base_shape), dst_dtype, dst_dtype, gen)
-    dev_dst_base = dst_base.to(DEVICE, copy=True)
-    dev_src = src_view(src_base.to(DEVICE, copy=True))
+    src_base = gh.make_values(tuple(src_base_shape), src_dtype, dst_dtype, gen)
+    dst_base = gh.make_values(tuple(dst_base_shape), dst_dtype, dst_dtype, gen)
+    dev_dst_base = dst_base.to(gh.DEVICE, copy=True)
+    dev_src = src_view(src_base.to(gh.DEVICE, copy=True))
     dev_dst = dst_view(dev_dst_base)
     negation = dev_src.is_neg() != dev_dst.is_neg()
     # negation into bool raises in torch (test_copy_negation_into_bool)
     hypothesis.assume(not (negation and dst_dtype is torch.bool))
-    with track_paths() as paths:
-        gems_copy_(dev_dst, dev_src)
+    with gh.track_paths() as paths:
+        gh.gems_copy_(dev_dst, dev_src)
     numel = 1
     for n in shape:
         numel *= n
     assert paths.fallbacks == 0, layout
-    expected = expected_launches(dev_dst, dev_src) if numel else []
+    expected = gh.expected_launches(dev_dst, dev_src) if numel else []
     assert paths.launches == expected, layout
     ref = dst_base.clone()
-    torch_copy_(dst_view(ref), src_view(src_base))
-    assert_bit_exact(dev_dst_base, ref, layout, src_dtype == dst_dtype and not negation)
+    gh.torch_copy_(dst_view(ref), src_view(src_base))
+    gh.assert_bit_exact(
+        dev_dst_base, ref, layout, src_dtype == dst_dtype and not negation
+    )

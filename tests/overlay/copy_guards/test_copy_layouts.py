@@ -16,21 +16,9 @@
 fallback, bit-exact against torch on the host (through dispatch and by direct call,
 the functional copy, ranks 1 to 8, same-rank broadcasts, an SDPA mask end to end)."""
 
+import guard_helpers as gh
 import pytest
 import torch
-from guard_helpers import (
-    DEVICE,
-    DTYPE_PAIRS,
-    LAYOUTS,
-    Case,
-    assert_bit_exact,
-    copy_module,
-    expected_launches,
-    gems_copy_,
-    make_values,
-    strided_module,
-    track_paths,
-)
 
 import flag_gems
 from tests.test_copy_ops import _pair_id, _same
@@ -39,20 +27,13 @@ pytestmark = pytest.mark.harness
 
 
 @pytest.mark.copy_
-@pytest.mark.parametrize("pair", DTYPE_PAIRS, ids=_pair_id)
-@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("pair", gh.DTYPE_PAIRS, ids=_pair_id)
+@pytest.mark.parametrize("layout", list(gh.LAYOUTS))
 def test_copy_layout_dtype_matrix(layout, pair):
-    case = Case(layout, *pair)
-    with track_paths() as paths:
-        out = gems_copy_(case.dst, case.src)
-    assert out is case.dst
-    assert paths.fallbacks == 0, f"{case.name} fell back to aten"
-    expected = expected_launches(case.dst, case.src)
-    assert paths.launches == expected, f"{case.name}: {paths.launches}"
-    case.check()
+    gh.Case(layout, *pair).copy_and_check()
 
 
-DIRECT_CASES = [(layout, torch.float32, torch.float32) for layout in LAYOUTS] + [
+DIRECT_CASES = [(layout, torch.float32, torch.float32) for layout in gh.LAYOUTS] + [
     ("expand_row", torch.float32, torch.bfloat16),
     ("transpose", torch.float32, torch.bfloat16),
     ("sdpa_mask", torch.bool, torch.bool),
@@ -69,12 +50,12 @@ DIRECT_CASES = [(layout, torch.float32, torch.float32) for layout in LAYOUTS] + 
     ids=[f"{c[0]}-{_pair_id(c[1:])}" for c in DIRECT_CASES],
 )
 def test_copy_direct_call(layout, src_dtype, dst_dtype):
-    case = Case(layout, src_dtype, dst_dtype, seed=1)
-    with track_paths() as paths:
-        out = copy_module().copy_(case.dst, case.src)
+    case = gh.Case(layout, src_dtype, dst_dtype, seed=1)
+    with gh.track_paths() as paths:
+        out = gh.copy_module().copy_(case.dst, case.src)
     assert out is case.dst
     assert paths.fallbacks == 0, case.name
-    assert paths.launches == expected_launches(case.dst, case.src), case.name
+    assert paths.launches == gh.expected_launches(case.dst, case.src), case.name
     case.check()
 
 
@@ -83,39 +64,41 @@ def test_copy_direct_call(layout, src_dtype, dst_dtype):
 def test_copy_functional(layout):
     # the functional copy (a direct call: FlagGems registers no aten::copy) copies
     # src into a tensor of the template's size and strides
-    case = Case(layout, torch.float32, torch.bfloat16, seed=2)
+    case = gh.Case(layout, torch.float32, torch.bfloat16, seed=2)
     before = case.dst_base.clone()
-    with track_paths() as paths:
-        out = copy_module().copy(case.dst, case.src)
+    with gh.track_paths() as paths:
+        out = gh.copy_module().copy(case.dst, case.src)
     assert paths.fallbacks == 0
     covers = case.dst.numel() == case.dst_base.numel()
     clone = [] if covers else [("_copy_kernel", 1)]
-    assert paths.launches == clone + expected_launches(out, case.src), case.name
+    assert paths.launches == clone + gh.expected_launches(out, case.src), case.name
     assert out.shape == case.dst.shape and out.stride() == case.dst.stride()
     assert out.storage_offset() == case.dst.storage_offset()
     assert out.untyped_storage().data_ptr() != case.dev_dst_base.data_ptr()
     whole = out.as_strided(case.dst_base.shape, case.dst_base.stride(), 0)
-    assert_bit_exact(whole, case.reference(), case.name, exact_nans=False)
-    assert_bit_exact(case.dev_dst_base, before, "the template is not written")
+    gh.assert_bit_exact(whole, case.reference(), case.name, exact_nans=False)
+    gh.assert_bit_exact(case.dev_dst_base, before, "the template is not written")
 
 
 @pytest.mark.copy
 def test_copy_functional_keyword_arguments():
     # copy(template, src=..., non_blocking=...): torch's argument names work
     src = torch.randn(3, 5)
-    template = torch.empty(5, 3, device=DEVICE).t()
-    out = copy_module().copy(template, src=src.to(DEVICE), non_blocking=False)
+    template = torch.empty(5, 3, device=gh.DEVICE).t()
+    out = gh.copy_module().copy(template, src=src.to(gh.DEVICE), non_blocking=False)
     assert out.stride() == template.stride()
-    assert_bit_exact(out, src, "keywords")
+    gh.assert_bit_exact(out, src, "keywords")
 
 
 @pytest.mark.copy_
 def test_copy_same_rank_broadcast_functional():
     # copy(template, x[:1]): the functional form broadcasts the same way
     src = torch.randn(4, 16)
-    template = torch.empty(6, 16, device=DEVICE)
-    out = copy_module().copy(template, src.to(DEVICE)[:1])
-    assert_bit_exact(out, src[:1].expand(6, 16).contiguous(), "copy(template, x[:1])")
+    template = torch.empty(6, 16, device=gh.DEVICE)
+    out = gh.copy_module().copy(template, src.to(gh.DEVICE)[:1])
+    gh.assert_bit_exact(
+        out, src[:1].expand(6, 16).contiguous(), "copy(template, x[:1])"
+    )
 
 
 @pytest.mark.copy_
@@ -128,8 +111,8 @@ def test_copy_same_rank_broadcast_functional():
 def test_copy_rank_coverage(rank, pair):
     shape = tuple(2 + (i % 2) for i in range(rank))
     gen = torch.Generator().manual_seed(rank)
-    src_base = make_values(shape[::-1], pair[0], pair[1], gen)
-    dst_base = make_values(shape[:-1] + (2 * shape[-1],), pair[1], pair[1], gen)
+    src_base = gh.make_values(shape[::-1], pair[0], pair[1], gen)
+    dst_base = gh.make_values(shape[:-1] + (2 * shape[-1],), pair[1], pair[1], gen)
 
     def src_view(t):  # reversed permutation
         return t.permute(*reversed(range(rank)))
@@ -137,13 +120,15 @@ def test_copy_rank_coverage(rank, pair):
     def dst_view(t):  # every other element of the innermost dim
         return t[..., ::2]
 
-    dev_dst_base = dst_base.to(DEVICE, copy=True)
-    with track_paths() as paths:
-        gems_copy_(dst_view(dev_dst_base), src_view(src_base.to(DEVICE, copy=True)))
+    dev_dst_base = dst_base.to(gh.DEVICE, copy=True)
+    with gh.track_paths() as paths:
+        gh.gems_copy_(
+            dst_view(dev_dst_base), src_view(src_base.to(gh.DEVICE, copy=True))
+        )
     assert paths.fallbacks == 0 and paths.launches == [("copy_slice", rank)]
     ref = dst_base.clone()
     dst_view(ref).copy_(src_view(src_base))
-    assert_bit_exact(dev_dst_base, ref, f"rank{rank}", pair[0] == pair[1])
+    gh.assert_bit_exact(dev_dst_base, ref, f"rank{rank}", pair[0] == pair[1])
 
 
 # name: (src base shape, src view, dst base shape, dst view)
@@ -176,20 +161,20 @@ SAME_RANK_PAIRS = [
 def test_copy_same_rank_broadcast(layout, pair):
     src_shape, src_view, dst_shape, dst_view = SAME_RANK_BROADCASTS[layout]
     gen = torch.Generator().manual_seed(11)
-    src_base = make_values(src_shape, pair[0], pair[1], gen)
-    dst_base = make_values(dst_shape, pair[1], pair[1], gen)
-    dev_dst_base = dst_base.to(DEVICE, copy=True)
-    src = src_view(src_base.to(DEVICE, copy=True))
+    src_base = gh.make_values(src_shape, pair[0], pair[1], gen)
+    dst_base = gh.make_values(dst_shape, pair[1], pair[1], gen)
+    dev_dst_base = dst_base.to(gh.DEVICE, copy=True)
+    src = src_view(src_base.to(gh.DEVICE, copy=True))
     dst = dst_view(dev_dst_base)
     assert src.dim() in (0, dst.dim())
-    with track_paths() as paths:
-        gems_copy_(dst, src)
+    with gh.track_paths() as paths:
+        gh.gems_copy_(dst, src)
     name = f"{layout}-{_pair_id(pair)}"
     assert paths.fallbacks == 0, name
-    assert paths.launches == expected_launches(dst, src), f"{name}: {paths.launches}"
+    assert paths.launches == gh.expected_launches(dst, src), f"{name}: {paths.launches}"
     ref = dst_base.clone()
     dst_view(ref).copy_(src_view(src_base))
-    assert_bit_exact(dev_dst_base, ref, name, pair[0] == pair[1])
+    gh.assert_bit_exact(dev_dst_base, ref, name, pair[0] == pair[1])
 
 
 @pytest.mark.copy_
@@ -198,24 +183,24 @@ def test_copy_into_size1_dim_with_zero_stride():
     # strides (0, 1): torch reports internal overlap only for a broadcast dim of
     # size > 1, so it is written like any row
     src = torch.randn(1, 16)
-    dst = torch.zeros(16, device=DEVICE)
+    dst = torch.zeros(16, device=gh.DEVICE)
     view = dst.expand(4, 16)[1:2]
     assert view.stride() == (0, 1)
-    with track_paths() as paths:
-        gems_copy_(view, src.to(DEVICE))
+    with gh.track_paths() as paths:
+        gh.gems_copy_(view, src.to(gh.DEVICE))
     assert paths.fallbacks == 0 and paths.launches == [("_copy_kernel", 2)]
-    assert_bit_exact(dst, src[0], "a row of an expanded destination")
+    gh.assert_bit_exact(dst, src[0], "a row of an expanded destination")
 
 
 @pytest.mark.copy_
 def test_copy_slice_kernel_is_kept():
     # other kunlunxin ops (slice_scatter, select_scatter) import copy_slice from here
     src = torch.randn(4, 6)
-    dst = torch.zeros(8, 6, device=DEVICE)
-    strided_module().copy_slice(src.to(DEVICE), out0=dst[::2])
+    dst = torch.zeros(8, 6, device=gh.DEVICE)
+    gh.strided_module().copy_slice(src.to(gh.DEVICE), out0=dst[::2])
     ref = torch.zeros(8, 6)
     ref[::2] = src
-    assert_bit_exact(dst, ref, "copy_slice into a step slice")
+    gh.assert_bit_exact(dst, ref, "copy_slice into a step slice")
 
 
 @pytest.mark.copy_
@@ -230,20 +215,22 @@ def test_sdpa_expanded_mask(mask_dtype):
         small = torch.zeros(B, 1, 1, S).masked_fill(~small, float("-inf"))
     small = small.to(mask_dtype)
 
-    mask = torch.empty(B, H, S, S, dtype=mask_dtype, device=DEVICE)
-    with track_paths() as paths:
-        gems_copy_(mask, small.to(DEVICE).expand(B, H, S, S))
+    mask = torch.empty(B, H, S, S, dtype=mask_dtype, device=gh.DEVICE)
+    with gh.track_paths() as paths:
+        gh.gems_copy_(mask, small.to(gh.DEVICE).expand(B, H, S, S))
     assert paths.fallbacks == 0 and paths.launches == [("copy_slice", 4)]
-    assert_bit_exact(mask, small.expand(B, H, S, S).contiguous(), "sdpa mask")
+    gh.assert_bit_exact(mask, small.expand(B, H, S, S).contiguous(), "sdpa mask")
 
-    dq, dk, dv = (t.to(DEVICE) for t in (q, k, v))
+    dq, dk, dv = (t.to(gh.DEVICE) for t in (q, k, v))
     sdpa = torch.nn.functional.scaled_dot_product_attention
     out = sdpa(dq, dk, dv, attn_mask=mask)
-    ref = sdpa(dq, dk, dv, attn_mask=small.expand(B, H, S, S).contiguous().to(DEVICE))
-    assert_bit_exact(out, ref.cpu(), "sdpa output")
+    ref = sdpa(
+        dq, dk, dv, attn_mask=small.expand(B, H, S, S).contiguous().to(gh.DEVICE)
+    )
+    gh.assert_bit_exact(out, ref.cpu(), "sdpa output")
     # the expanded view straight into attention under use_gems, as a model passes it
     with flag_gems.use_gems(include=["copy_"]):
-        direct = sdpa(dq, dk, dv, attn_mask=small.to(DEVICE).expand(B, H, S, S))
+        direct = sdpa(dq, dk, dv, attn_mask=small.to(gh.DEVICE).expand(B, H, S, S))
     torch.testing.assert_close(direct.cpu(), ref.cpu(), rtol=1e-5, atol=1e-5)
 
 
@@ -252,7 +239,7 @@ def test_runs_flat_is_the_device_models_flat_loop():
     device model's native copy runs: one flat loop, every other layout faults."""
     from copyfix.emulation import faults
 
-    runs_flat = strided_module().runs_flat
+    runs_flat = gh.strided_module().runs_flat
     layouts = {
         "contiguous": lambda: torch.empty(4, 6),
         "transposed": lambda: torch.empty(6, 4).t(),

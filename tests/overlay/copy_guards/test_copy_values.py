@@ -17,26 +17,9 @@ views and the negation kernel, Python numbers (direct call and through dispatch)
 
 import warnings
 
+import guard_helpers as gh
 import pytest
 import torch
-from guard_helpers import (
-    BITS,
-    DEVICE,
-    FLOAT_DTYPES,
-    INT_DTYPES,
-    SHORT,
-    TRITON_DTYPES,
-    Case,
-    assert_bit_exact,
-    c_defined,
-    copy_module,
-    expected_launches,
-    gems_copy_,
-    host_view,
-    strided_module,
-    torch_error,
-    track_paths,
-)
 
 from tests.test_copy_ops import _pair_id, _same
 
@@ -58,7 +41,7 @@ _EDGE_INTEGERS += [2**62 + 2**54 + 1, 0x0123456789ABCDEF]
 def _float_edges():
     """float64 values around every float format's edges (all exact in float64)."""
     values = [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1.0, -1.0]
-    for dtype in FLOAT_DTYPES:
+    for dtype in gh.FLOAT_DTYPES:
         info = torch.finfo(dtype)
         tiny_sub = info.smallest_normal * info.eps  # smallest subnormal
         ulp_max = info.max * info.eps / (2 - info.eps)  # spacing below max
@@ -78,7 +61,7 @@ def _float_edges():
             values += [v, -v]
     # float -> integer: truncation toward zero, and each integer type's limits
     values += [0.5, -0.5, 1.5, -1.5, 2.75, -2.75, 300.5, 2.0**24 + 2]
-    for dtype in INT_DTYPES:
+    for dtype in gh.INT_DTYPES:
         info = torch.iinfo(dtype)
         values += [info.min - 1.0, info.min - 0.5, float(info.min), info.max + 0.5]
         values += [info.max + 1.0, float(info.max)]
@@ -112,7 +95,7 @@ def edge_values(dtype):
     return torch.tensor(ints, dtype=torch.int64).to(dtype)
 
 
-ALL_PAIRS = [(s, d) for s in TRITON_DTYPES for d in TRITON_DTYPES]
+ALL_PAIRS = [(s, d) for s in gh.TRITON_DTYPES for d in gh.TRITON_DTYPES]
 
 
 @pytest.mark.copy_
@@ -120,7 +103,7 @@ ALL_PAIRS = [(s, d) for s in TRITON_DTYPES for d in TRITON_DTYPES]
 def test_copy_conversion_edge_values(pair):
     src_dtype, dst_dtype = pair
     values = edge_values(src_dtype)
-    values = values[c_defined(values, dst_dtype)]
+    values = values[gh.c_defined(values, dst_dtype)]
     n = values.numel()
     fill = torch.ones((), dtype=dst_dtype)  # what the copy must not touch
     layouts = {
@@ -136,16 +119,16 @@ def test_copy_conversion_edge_values(pair):
     }
     for layout, (src_base, src_view, dst_base, dst_view) in layouts.items():
         what = f"{layout}-{_pair_id(pair)}"
-        dev_dst_base = dst_base.contiguous().to(DEVICE, copy=True)
-        src = src_view(src_base.contiguous().to(DEVICE, copy=True))
+        dev_dst_base = dst_base.contiguous().to(gh.DEVICE, copy=True)
+        src = src_view(src_base.contiguous().to(gh.DEVICE, copy=True))
         dst = dst_view(dev_dst_base)
-        with track_paths() as paths:
-            gems_copy_(dst, src)
+        with gh.track_paths() as paths:
+            gh.gems_copy_(dst, src)
         assert paths.fallbacks == 0, what
-        assert paths.launches == expected_launches(dst, src), what
+        assert paths.launches == gh.expected_launches(dst, src), what
         ref = dst_base.contiguous().clone()
         dst_view(ref).copy_(src_view(src_base.contiguous()))
-        assert_bit_exact(dev_dst_base, ref, what, src_dtype == dst_dtype)
+        gh.assert_bit_exact(dev_dst_base, ref, what, src_dtype == dst_dtype)
 
 
 @pytest.mark.copy_
@@ -153,9 +136,9 @@ def test_copy_conversion_edge_values(pair):
 def test_copy_direct_call_rejects_what_is_not_a_number(value):
     # torch's Tensor.copy_ takes a tensor or a number; anything else is a TypeError,
     # raised before anything is written
-    dst = torch.full((2, 3), 7.0, device=DEVICE)
-    with track_paths() as paths, pytest.raises(TypeError, match="must be Tensor"):
-        copy_module().copy_(dst, value)
+    dst = torch.full((2, 3), 7.0, device=gh.DEVICE)
+    with gh.track_paths() as paths, pytest.raises(TypeError, match="must be Tensor"):
+        gh.copy_module().copy_(dst, value)
     assert paths.launches == [] and paths.fallbacks == 0
     assert bool((dst.cpu() == 7.0).all())
 
@@ -168,24 +151,24 @@ def _number_launches(dst, value, dispatched=False):
     Under use_gems that conversion is itself a dispatched copy_ in cpu mode (the
     host is the device), and the transfer to the device one elsewhere.
     """
-    triton_dtypes = strided_module()._TRITON_DTYPES
+    triton_dtypes = gh.strided_module()._TRITON_DTYPES
     host = torch.tensor(value, dtype=torch.float64 if type(value) is float else None)
     if host.is_complex() or dst.dtype not in triton_dtypes:
-        if dispatched and DEVICE != "cpu":
+        if dispatched and gh.DEVICE != "cpu":
             # aten's host->device copy, dispatched again: the host value into a
             # contiguous buffer on the device (cross-device), and that buffer into a
             # non-contiguous dst (a dtype Triton lacks); both fall back
             return 2 + (not dst.is_contiguous()), []
         return 1, []
     fallbacks, launches = 0, []
-    if dispatched and DEVICE == "cpu" and host.dtype != dst.dtype:
+    if dispatched and gh.DEVICE == "cpu" and host.dtype != dst.dtype:
         if host.dtype in triton_dtypes:
-            launches += expected_launches(torch.empty((), dtype=dst.dtype), host)
+            launches += gh.expected_launches(torch.empty((), dtype=dst.dtype), host)
         else:
             fallbacks += 1
-    elif dispatched and DEVICE != "cpu":
+    elif dispatched and gh.DEVICE != "cpu":
         fallbacks += 1
-    launches += expected_launches(dst, torch.empty((), dtype=dst.dtype))
+    launches += gh.expected_launches(dst, torch.empty((), dtype=dst.dtype))
     return fallbacks, launches
 
 
@@ -196,11 +179,11 @@ def test_copy_direct_call_takes_a_python_number(value):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # complex -> real: torch warns
         ref.copy_(value)
-        dst = torch.full((3, 2), 7.0, device=DEVICE).t()
-        with track_paths() as paths:
-            assert copy_module().copy_(dst, value) is dst
+        dst = torch.full((3, 2), 7.0, device=gh.DEVICE).t()
+        with gh.track_paths() as paths:
+            assert gh.copy_module().copy_(dst, value) is dst
     assert (paths.fallbacks, paths.launches) == _number_launches(dst, value)
-    assert_bit_exact(dst, ref, repr(value))
+    gh.assert_bit_exact(dst, ref, repr(value))
 
 
 # Numbers through Tensor.copy_: torch wraps a float as a float64 tensor, an int as
@@ -228,11 +211,11 @@ SCALAR_CASES = [
 def test_copy_python_scalar_through_dispatch(value, dtype):
     ref = torch.zeros(3, 4, dtype=dtype)
     ref.copy_(value)
-    dst = torch.zeros(4, 6, dtype=dtype, device=DEVICE)[:, ::2].t()
-    with track_paths() as paths:
-        gems_copy_(dst, value)
+    dst = torch.zeros(4, 6, dtype=dtype, device=gh.DEVICE)[:, ::2].t()
+    with gh.track_paths() as paths:
+        gh.gems_copy_(dst, value)
     assert (paths.fallbacks, paths.launches) == _number_launches(dst, value, True)
-    assert_bit_exact(dst, ref, f"scalar {value!r} -> {dtype}")
+    gh.assert_bit_exact(dst, ref, f"scalar {value!r} -> {dtype}")
 
 
 NEG_CASES = [
@@ -271,15 +254,9 @@ NEG_PARAMS = [
 def test_copy_negated_views(layout, src_dtype, dst_dtype, neg):
     # torch copies the stored values (converted), then negates dst in its dtype
     # where the two negation bits differ; both negated: a plain copy
-    case = Case(layout, src_dtype, dst_dtype, seed=7, neg=neg)
+    case = gh.Case(layout, src_dtype, dst_dtype, seed=7, neg=neg)
     assert case.src.is_neg() == (neg != "dst") and case.dst.is_neg() == (neg != "src")
-    with track_paths() as paths:
-        out = gems_copy_(case.dst, case.src)
-    assert out is case.dst
-    assert paths.fallbacks == 0, f"{case.name} fell back to aten"
-    expected = expected_launches(case.dst, case.src)
-    assert paths.launches == expected, f"{case.name}: {paths.launches}"
-    case.check()  # NaNs by position where negated (torch's bf16 neg rewrites them)
+    case.copy_and_check()  # NaNs by position where negated (torch's bf16 neg rewrites them)
 
 
 @pytest.mark.copy_
@@ -303,24 +280,24 @@ def test_copy_negation_into_bool(views):
 
     # torch's error names the device's kernel ("neg_cpu", "neg_cuda"): the reference
     # is aten on the test's device (harness tests run without the device model)
-    ref_base, ref_dst, ref_src = make(DEVICE)
-    expected = torch_error(lambda: ref_dst.copy_(ref_src))
-    base, dst, src = make(DEVICE)
-    with track_paths() as paths, pytest.raises(expected[0]) as err:
-        gems_copy_(dst, src)
+    ref_base, ref_dst, ref_src = make(gh.DEVICE)
+    expected = gh.torch_error(lambda: ref_dst.copy_(ref_src))
+    base, dst, src = make(gh.DEVICE)
+    with gh.track_paths() as paths, pytest.raises(expected[0]) as err:
+        gh.gems_copy_(dst, src)
     assert str(err.value) == expected[1]
     assert paths.fallbacks == 1 and paths.launches == []
-    assert_bit_exact(base, ref_base.cpu(), views)  # what torch wrote before raising
+    gh.assert_bit_exact(base, ref_base.cpu(), views)  # what torch wrote before raising
 
 
 def _sign_flipped(x):
     """x with every float's sign bit flipped (bit for bit, NaN payloads kept)."""
-    bits = BITS[x.element_size()]
+    bits = gh.BITS[x.element_size()]
     return (x.view(bits) ^ SIGN[x.element_size()]).view(x.dtype)
 
 
 @pytest.mark.copy_
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES + [torch.float64], ids=SHORT.get)
+@pytest.mark.parametrize("dtype", gh.FLOAT_DTYPES + [torch.float64], ids=gh.SHORT.get)
 def test_negate_kernel_flips_the_sign_bit(dtype):
     # torch's neg of 0.0 is -0.0 and of a NaN a NaN of the other sign; Triton's -x
     # (0 - x) would give +0.0 for 0.0. float64 too: its branch serves backends
@@ -331,20 +308,20 @@ def test_negate_kernel_flips_the_sign_bit(dtype):
     assert {0.0} == set(x[x == 0].tolist()) and torch.signbit(
         x[x == 0]
     ).unique().numel() == 2
-    with track_paths() as paths:
-        out = strided_module()._negate_kernel(x.to(DEVICE))
+    with gh.track_paths() as paths:
+        out = gh.strided_module()._negate_kernel(x.to(gh.DEVICE))
     assert paths.launches == [("_negate_kernel", 1)]
-    assert_bit_exact(out, _sign_flipped(x), f"_negate_kernel({SHORT[dtype]})")
+    gh.assert_bit_exact(out, _sign_flipped(x), f"_negate_kernel({gh.SHORT[dtype]})")
 
 
 @pytest.mark.copy_
 def test_negate_kernel_wraps_integers():
     # as torch's neg: two's complement, -min == min, uint8 modulo 256
-    mod = strided_module()
-    for dtype in INT_DTYPES:
+    mod = gh.strided_module()
+    for dtype in gh.INT_DTYPES:
         x = edge_values(dtype)
-        out = mod._negate_kernel(x.to(DEVICE))
-        assert_bit_exact(out, torch.neg(x), f"_negate_kernel({SHORT[dtype]})")
+        out = mod._negate_kernel(x.to(gh.DEVICE))
+        gh.assert_bit_exact(out, torch.neg(x), f"_negate_kernel({gh.SHORT[dtype]})")
 
 
 @pytest.mark.copy_
@@ -363,16 +340,16 @@ def test_copy_negated_int_min_wraps_as_torch(src_dtype, dst_dtype, expected):
     ref = torch.zeros(4, dtype=dst_dtype)
     ref.copy_(torch._neg_view(values))
     assert ref.tolist() == expected  # torch's own result (its copy_, not ours)
-    dst = torch.zeros(4, dtype=dst_dtype, device=DEVICE)
-    with track_paths() as paths:
-        gems_copy_(dst, torch._neg_view(values.to(DEVICE)))
+    dst = torch.zeros(4, dtype=dst_dtype, device=gh.DEVICE)
+    with gh.track_paths() as paths:
+        gh.gems_copy_(dst, torch._neg_view(values.to(gh.DEVICE)))
     assert paths.fallbacks == 0
     assert paths.launches == [("_copy_kernel", 1), ("_negate_kernel", 1)]
-    assert_bit_exact(dst, ref, f"-{SHORT[src_dtype]} -> {SHORT[dst_dtype]}")
+    gh.assert_bit_exact(dst, ref, f"-{gh.SHORT[src_dtype]} -> {gh.SHORT[dst_dtype]}")
 
 
 @pytest.mark.copy_
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=SHORT.get)
+@pytest.mark.parametrize("dtype", gh.FLOAT_DTYPES, ids=gh.SHORT.get)
 def test_copy_negated_zero_and_nan_signs(dtype):
     # a negated view of +-0.0 and +-NaN copies as -+0.0 and -+NaN: the sign bit is
     # flipped, as torch's neg does for float32 and float16 (for bfloat16 torch's
@@ -387,13 +364,13 @@ def test_copy_negated_zero_and_nan_signs(dtype):
     if dtype is not torch.bfloat16:
         assert torch.signbit(ref).tolist() == expected_signs  # torch's own result
     for which in ("src", "dst"):
-        dst = torch.zeros(5, dtype=dtype, device=DEVICE)
-        src = values.to(DEVICE)
-        with track_paths() as paths:
+        dst = torch.zeros(5, dtype=dtype, device=gh.DEVICE)
+        src = values.to(gh.DEVICE)
+        with gh.track_paths() as paths:
             if which == "src":
-                gems_copy_(dst, torch._neg_view(src))
+                gh.gems_copy_(dst, torch._neg_view(src))
             else:  # into a negated view: its stored values are the negation
-                gems_copy_(torch._neg_view(dst), src)
+                gh.gems_copy_(torch._neg_view(dst), src)
         assert paths.fallbacks == 0 and paths.launches[-1] == ("_negate_kernel", 1)
-        assert torch.signbit(host_view(dst)).tolist() == expected_signs, which
-        assert_bit_exact(dst, ref, f"signs {SHORT[dtype]}", exact_nans=False)
+        assert torch.signbit(gh.host_view(dst)).tolist() == expected_signs, which
+        gh.assert_bit_exact(dst, ref, f"signs {gh.SHORT[dtype]}", exact_nans=False)
