@@ -34,7 +34,7 @@ from copyfix import records
 REPO = Path(__file__).resolve().parents[2]
 # (the generic copy_/_to_copy's own tests skip on the emulated KunlunXIN backend, and
 # the emulation's nvidia variant, where they run, needs Triton 3.6: the main run's
-# tests/harness/test_generic_ops.py; here the generic ops are imported on each Triton)
+# tests/overlay/test_generic_ops.py; here the generic ops are imported on each Triton)
 PR_TESTS = (
     "tests/test_copy_ops.py",
     "tests/test_to_copy_conversions.py",
