@@ -7,7 +7,7 @@ contiguous loop needs the strided (non-contiguous) kernel, and its launch dies w
 98).  It dies for whoever calls it: FlagGems' own fallback, a benchmark's aten baseline,
 ``clone``/``contiguous``/``to`` of a strided tensor, a reference computed on the device.
 
-The rules this model keeps (each has a test in tests/harness/test_device_model.py):
+The rules this model keeps (each has a test in tests/tooling/test_device_model.py):
 
 1. **Flat loop.**  A same-device copy runs when ``dst`` and ``src`` have the same shape and
    either both are contiguous, or both are non-overlapping and dense with equal strides

@@ -384,7 +384,7 @@ def _patch_lang_of_device_functions(interpreter, skips_repatching: bool) -> None
 # bf16 cases with exact arithmetic; everything else stays with the stock
 # implementation (numpy astype), whose results for the other pairs match compiled
 # Triton wherever C defines the conversion (same docs section; pinned by
-# tests/harness/test_conversions.py).
+# tests/tooling/test_conversions.py).
 #
 # Compiled Triton 3.6 also folds an integer -> float32 conversion followed by a
 # truncation to a 16-bit float into ONE conversion (MLIR's arith canonicalization

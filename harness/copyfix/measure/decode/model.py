@@ -61,7 +61,7 @@ VARIANTS = ("base", "composed", "composed_cache_off")
 # libdevice stand-ins, the generate_configs stand-in, the XPU launch options, where's
 # device pick, Triton's library functions, dtype and bool arguments).  Kept as the
 # use_gems(exclude=...) names with why, should an op ever have to be left out again;
-# tests/harness/test_decode.py checks both ways that exactly these are left out.
+# tests/tooling/test_decode.py checks both ways that exactly these are left out.
 CPU_EXCLUDED: dict[str, str] = {}
 
 # FlagGems' own NVIDIA backend (flag-gems 5.0.2 and this composition alike; H200, torch
@@ -420,7 +420,7 @@ def whole_model_config(torch, name: str, gems: Gems, device_type=None) -> dict:
 # variant (COPYFIX_CPU_VENDOR=nvidia: GEMS_VENDOR=nvidia on Triton 3.6's interpreter,
 # composed flag-gems 5.0.2), found by running the tiny decode with every op
 # (`python -m copyfix.measure.decode --nvidia-cpu --every-op --configs tiny`, in that
-# environment: nvidia_cpu_env); tests/harness/test_decode.py runs it that way and checks
+# environment: nvidia_cpu_env); tests/tooling/test_decode.py runs it that way and checks
 # that exactly these ops were left out.
 # fmt: off
 CPU_NVIDIA_EXCLUDED = {
