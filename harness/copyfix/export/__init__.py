@@ -55,10 +55,10 @@ class PR:
 
     def patch_file(self, rel: str, head: bool = False) -> Path:
         """The patch this PR applies to upstream's ``rel``: ``<rel>.pr<n>[.head].patch``
-        where the stack keeps one for this PR, else the overlay's ``<rel>.patch``."""
+        where the stack keeps one for this PR, else the overlay's ``<rel>.patch``. On
+        upstream's head file only its own head patch (absent: the PR leaves the file)."""
         own = REPO / f"{rel}.pr{self.n}{'.head' if head else ''}.patch"
         return own if own.is_file() or head else REPO / f"{rel}.patch"
-        # (on the head file, a PR without its own head patch leaves the file alone)
 
     def kept_files(self) -> list[str]:
         """This repository's files the PR is made of (whole files and patches)."""
@@ -219,11 +219,13 @@ def apply_pr(tree: Path, name: str, originals=None) -> list[str]:
     def upstream_text(rel):
         return originals[rel] if rel in originals else (tree / rel).read_text()
 
+    def on_head(rel):  # (upstream's file is one of its head pre-images)
+        known = rel in originals or (tree / rel).is_file()
+        return known and _is_head(rel, upstream_text(rel), table)
+
     for rel in pr.files:
         dst = tree / rel
-        if (rel in originals or dst.is_file()) and _is_head(
-            rel, upstream_text(rel), table
-        ):
+        if on_head(rel):
             patch = head_patch(REPO / rel)
             dst.write_text(
                 apply_patch(upstream_text(rel), patch.read_text(), str(patch))
@@ -233,19 +235,17 @@ def apply_pr(tree: Path, name: str, originals=None) -> list[str]:
         shutil.copyfile(REPO / rel, dst)
     for rel in pr.patched:
         # a stage of the stack: the PR's patch on what the earlier PRs left
-        known = rel in originals or (tree / rel).is_file()
-        head = known and _is_head(rel, upstream_text(rel), table)
-        patch = pr.patch_file(rel, head)
+        patch = pr.patch_file(rel, on_head(rel))
         if not patch.is_file():
             continue  # (upstream's head file: this PR leaves it alone)
-        dst = tree / rel
+        diff, dst = patch.read_text(), tree / rel
         text = dst.read_text() if dst.is_file() else ""  # ("" : a file it adds)
-        if text and "\nnew file mode" in patch.read_text()[:300]:
+        if text and "\nnew file mode" in diff[:300]:
             raise SystemExit(
                 f"{rel} exists: {patch.name} adds it; apply the stack in order"
             )
         dst.parent.mkdir(parents=True, exist_ok=True)
-        dst.write_text(apply_patch(text, patch.read_text(), str(patch)))
+        dst.write_text(apply_patch(text, diff, str(patch)))
     return pr.changed
 
 
