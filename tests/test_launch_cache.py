@@ -50,24 +50,16 @@ axpy = pointwise_dynamic(
 
 @pytest.fixture(autouse=True)
 def cache_on():
-    was = launch_cache.is_enabled()
-    launch_cache.set_enabled(True)
-    try:
+    with launch_cache.enabled(True):
         if not launch_cache.is_enabled():
             pytest.skip("the launch cache does not know this Triton's launcher")
         launch_cache.clear()
         yield
-    finally:
-        launch_cache.set_enabled(was)
 
 
 def _uncached(fn, *args, **kwargs):
-    was = launch_cache.is_enabled()
-    launch_cache.set_enabled(False)
-    try:
+    with launch_cache.enabled(False):
         return fn(*args, **kwargs)
-    finally:
-        launch_cache.set_enabled(was)
 
 
 def _call(fn, *args, **kwargs):

@@ -66,20 +66,10 @@ def rand(*shape, dtype=torch.float32, seed=0):
     return torch.randn(*shape, generator=g).to(dtype).to(DEV)
 
 
-@contextlib.contextmanager
-def cache_off():
-    was = lc.is_enabled()
-    lc.set_enabled(False)
-    try:
-        yield
-    finally:
-        lc.set_enabled(was)
-
-
 def uncached(call, *tensors):
     """``call`` on clones of ``tensors`` with the cache off: what the base computes."""
     clones = [t.clone() for t in tensors]
-    with cache_off():
+    with lc.enabled(False):
         return call(*clones), clones
 
 
@@ -110,13 +100,9 @@ def warm(f, *args, **kwargs):
 @pytest.fixture(autouse=True)
 def fresh_plans():
     """The cache turned on (it is opt-in) with no plan, the setting restored after."""
-    was = lc.is_enabled()
-    lc.set_enabled(True)
-    lc.clear()
-    try:
+    with lc.enabled(True):
+        lc.clear()
         yield
-    finally:
-        lc.set_enabled(was)
 
 
 # ----------------------------------------------------------------- hits and misses
@@ -244,7 +230,7 @@ def _scenario(flavour, field):
         a(f)
     misses = f._launch_cache.misses
     got = b(f)
-    with cache_off():
+    with lc.enabled(False):
         want = b(f)
     return f._launch_cache.misses == misses + 1 and same(got, want)
 
@@ -451,7 +437,7 @@ def test_errors_as_before_with_nothing_written(flavour):
     }
     for name, out in bad_outs.items():
         before = out.clone()
-        with cache_off():
+        with lc.enabled(False):
             with pytest.raises(Exception) as want:
                 f(x, 2.0, x.t() if name == "shape" else x, out0=out)
         for _ in range(2):
@@ -832,7 +818,7 @@ def test_threads_count_signatures_while_another_clears():
 def test_the_switch():
     f = FNS["generic"].axpy
     x = rand(4, 6)
-    with cache_off():
+    with lc.enabled(False):
         for _ in range(3):
             f(x, 2.0, x)
         assert not f._launch_cache.plans and not lc.is_enabled()
@@ -854,7 +840,7 @@ def test_generic_copy_hits(layout, dtype):
         hits = lc.stats()["hits"]
         copy_(dst, src)
         assert (lc.stats()["hits"] == hits + 1) == (seed >= N), seed
-        with cache_off():
+        with lc.enabled(False):
             want = copy_(torch.empty_like(dst), src)
         assert same(dst, want) and torch.equal(dst.cpu(), src.cpu())
 
@@ -901,7 +887,7 @@ def test_what_the_key_leaves_out_does_not_change_the_launch(flavour):
     variants = [*[x] * (N - 1), *variants]  # counted first, then recorded: x itself
     for v in variants:  # one signature: counted, recorded, then hits
         got = f(v, 2.0, v)
-        with cache_off():  # (on v itself: a clone would resolve the negation)
+        with lc.enabled(False):  # (on v itself: a clone would resolve the negation)
             want = f(v, 2.0, v)
         assert same(got, want)
         assert not got.is_neg() and not got.requires_grad

@@ -34,23 +34,17 @@ AXPY = pointwise_dynamic(
 @pytest.fixture
 def off():
     """The cache as this Triton leaves it, switched off where it is active."""
-    was = lc.is_enabled()
-    lc.set_enabled(False)
-    lc.clear()
-    yield
-    lc.set_enabled(was)
+    with lc.enabled(False):
+        lc.clear()
+        yield
 
 
 def test_on_exactly_where_the_launcher_is_known():
-    was = lc.is_enabled()
-    try:
-        lc.set_enabled(True)
+    with lc.enabled(True):
         assert lc.is_enabled() == lc._ABI_KNOWN
         assert lc._ABI_KNOWN == (
             lc._launcher_convention(triton.__version__) is not None
         )
-    finally:
-        lc.set_enabled(was)
 
 
 def test_off_unless_asked_for():

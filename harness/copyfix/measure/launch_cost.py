@@ -242,13 +242,8 @@ def measure(backend: str, calls: int, rounds: int, profile: bool = False):
 
     @contextlib.contextmanager
     def cache(on: bool):
-        was = launch_cache.is_enabled()
-        launch_cache.set_enabled(on)
-        try:
-            with gems():
-                yield
-        finally:
-            launch_cache.set_enabled(was)
+        with launch_cache.enabled(on), gems():
+            yield
 
     # the cache is opt-in: "after" turns it on, "cache off" off, each explicitly
     after = functools.partial(cache, True)

@@ -28,7 +28,6 @@ The issue's bound is on/off <= 1.10 for the first three.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -38,18 +37,6 @@ from pathlib import Path
 
 from copyfix import records
 from copyfix.measure.launch_cost import _op_commit, bounds
-
-
-@contextlib.contextmanager
-def cache_on(launch_cache):
-    """The cache turned on (it is opt-in: off unless FLAGGEMS_LAUNCH_CACHE=1), the
-    setting restored after; the columns below switch it per round inside."""
-    was = launch_cache.is_enabled()
-    launch_cache.set_enabled(True)
-    try:
-        yield
-    finally:
-        launch_cache.set_enabled(was)
 
 
 def measure(
@@ -121,7 +108,7 @@ def measure(
     out = {}
     t_start = time.perf_counter()
     patched_cap = mock.patch.object(launch_cache, "MAX_PLANS", cap)
-    with flag_gems.use_gems(), patched_cap, cache_on(launch_cache):
+    with flag_gems.use_gems(), patched_cap, launch_cache.enabled(True):
         add(64)
         sync()
         progress(f"import and first call: {time.perf_counter() - t_start:.1f} s")

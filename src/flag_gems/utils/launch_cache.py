@@ -37,6 +37,7 @@ calls that wrote their output without a recorded launch stay on the usual path.
 """
 
 import collections
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -129,6 +130,17 @@ def set_enabled(enabled: bool) -> None:
 
 def is_enabled() -> bool:
     return _ACTIVE
+
+
+@contextlib.contextmanager
+def enabled(on: bool = True):
+    """The cache on (or off) for a block, the previous setting restored after."""
+    was = _ACTIVE
+    set_enabled(on)
+    try:
+        yield
+    finally:
+        set_enabled(was)
 
 
 def source_named(path, source: str) -> str:

@@ -149,12 +149,8 @@ def cache_setting(on: bool):
     except ImportError:
         yield
         return
-    was = launch_cache.is_enabled()
-    launch_cache.set_enabled(on)
-    try:
+    with launch_cache.enabled(on):
         yield
-    finally:
-        launch_cache.set_enabled(was)
 
 
 def _failing_op(error: BaseException) -> str | None:
