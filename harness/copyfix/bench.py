@@ -112,14 +112,19 @@ def _device_slug(torch, mode):
 COPY_PY = "src/flag_gems/runtime/backend/_kunlunxin/ops/copy.py"
 
 
+# the KunlunXIN op's files: copy.py and the module its Triton path lives in
+OP_FILES = (COPY_PY, COPY_PY.replace("/copy.py", "/strided_copy.py"))
+
+
 def op_identity() -> dict:
-    """Which copy.py was measured: its last commit (git here, or $COPYFIX_OP_COMMIT
-    where the tree travelled without .git) and the sha256 of the file itself."""
+    """Which op was measured: the last commit of its files (git here, or
+    $COPYFIX_OP_COMMIT where the tree travelled without .git) and the sha256 of
+    copy.py itself."""
     import hashlib
 
     from copyfix import provenance
 
-    commit = provenance.op_commit(COPY_PY)
+    commit = provenance.op_commit(*OP_FILES)
     digest = hashlib.sha256((REPO / COPY_PY).read_bytes()).hexdigest()
     return {"op_commit": commit, "op_sha256": digest}
 
