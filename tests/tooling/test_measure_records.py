@@ -2,7 +2,9 @@
 bounds, computed from the figures (pure functions, on crafted and on recorded data)."""
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -221,3 +223,21 @@ def test_conversion_records_keep_the_cells_that_are_not_torchs_and_their_sums():
                         base,
                         which,
                     )
+
+
+def test_the_kunlunxin_backend_runs_on_a_composition_whose_kunlunxin_pointwise_is_not_patched(
+    tmp_path,
+):
+    """launch_cost's kunlunxin-emulated backend in the cpu emulation, two calls a round:
+    the KunlunXIN pointwise_dynamic has no pre-image (the cache is generic-only), so
+    "before" is that same code, and every column is exact."""
+    out = tmp_path / "lc.json"
+    env = {**os.environ, "COPYFIX_EMULATION": "cpu"}
+    cmd = [sys.executable, "-m", "copyfix.measure.launch_cost", "kunlunxin-emulated"]
+    cmd += ["--calls", "2", "--rounds", "1", "--out", str(out)]
+    subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=600)
+    rows = json.loads(out.read_text())["ops"]
+    assert {r["name"] for r in rows} >= {"copy_transposed", "copy_expanded_sdpa_mask"}
+    for r in rows:
+        assert r["before_ran_base_code"] and r["after_and_off_bit_exact_vs_before"]
+        assert all(r["bit_exact_vs_eager"].values())

@@ -78,6 +78,8 @@ def base_twins(module_name: str) -> dict:
     """{(module, global name): twin} for every pointwise function built by
     ``module_name``'s class that an imported FlagGems module holds, and for every
     function of an op module PR 3 patched (the pre-image's function)."""
+    if module_name == KUNLUNXIN and not (_kept_dir() / _PREIMAGE[KUNLUNXIN]).is_file():
+        return {}  # not patched (the launch cache is generic-only): before is this code
     ours = sys.modules[module_name].PointwiseDynamicFunction
     base = _load_preimage(module_name).PointwiseDynamicFunction
     twins = _op_preimages() if module_name == GENERIC else {}

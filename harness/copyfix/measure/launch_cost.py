@@ -258,8 +258,9 @@ def measure(backend: str, calls: int, rounds: int, profile: bool = False):
             with ctx():
                 results[label] = fn().clone()
         # "before" ran the base's code: a twin was instantiated, or had been
-        base_used = any(len(t.overloads) for t in pd_twins) and any(
-            len(t.overloads) != seen[id(t)] or t.overloads for t in pd_twins
+        base_used = not twins or (  # (no twins: the base's code is this code)
+            any(len(t.overloads) for t in pd_twins)
+            and any(len(t.overloads) != seen[id(t)] or t.overloads for t in pd_twins)
         )
         with after():  # the calls a signature runs uncached before one records it
             for _ in range(launch_cache.ADMIT_AFTER):
