@@ -38,18 +38,30 @@ def iso(B, H, iters):
             out = x * r
         torch.cuda.synchronize()
         if not torch.equal(out, ref):
-            return {"iters_ok": done, "mismatch_at": i}
+            bad = (out != ref).nonzero()[:4].tolist()
+            return {
+                "iters_ok": done,
+                "mismatch_at": i,
+                "out_dtype": str(out.dtype),
+                "out_stride": out.stride(),
+                "n_bad": int((out != ref).sum()),
+                "max_diff": float((out - ref).abs().max()),
+                "bad_idx": bad,
+                "out_vals": [float(out[tuple(j)]) for j in bad],
+                "ref_vals": [float(ref[tuple(j)]) for j in bad],
+                "cpu_ref_equal": bool(torch.equal(ref.cpu(), x.cpu() * r.cpu())),
+            }
         done += 1
     return {"iters_ok": done}
 
 
-def decode(tokens):
+def decode(tokens, exclude=()):
     from copyfix.measure.decode.model import CONFIGS, build, generate
 
     config = CONFIGS["small"]
     model, ids, mask = build(torch, config, "cuda")
     ref = generate(torch, model, ids, mask, tokens)
-    with flag_gems.use_gems():
+    with flag_gems.use_gems(exclude=list(exclude)):
         out = generate(torch, model, ids, mask, tokens)
     torch.cuda.synchronize()
     return {"tokens": tokens, "tokens_equal_eager": bool(torch.equal(out, ref))}
@@ -69,7 +81,11 @@ def main():
         if what == "iso":
             row.update(iso(*map(int, sys.argv[3:6])))
         else:
-            row.update(decode(int(sys.argv[3])))
+            row.update(
+                decode(
+                    int(sys.argv[3]), [e for e in sys.argv[4:5] for e in e.split(",")]
+                )
+            )
         row["ok"] = True
     except Exception as e:  # the fault: which FlagGems op and kernel
         row.update(
