@@ -55,6 +55,36 @@ def iso(B, H, iters):
     return {"iters_ok": done}
 
 
+def table():
+    """mul (and add) on several broadcast patterns: equal to torch or not."""
+    cases = {
+        "rmsnorm (2,1,256)x(2,1,1)": ((2, 1, 256), (2, 1, 1)),
+        "rmsnorm (4,1,1024)x(4,1,1)": ((4, 1, 1024), (4, 1, 1)),
+        "rows (4,1024)x(4,1)": ((4, 1024), (4, 1)),
+        "weight (2,1,256)x(256,)": ((2, 1, 256), (256,)),
+        "same (2,1,256)x(2,1,256)": ((2, 1, 256), (2, 1, 256)),
+        "same (4,1024)x(4,1024)": ((4, 1024), (4, 1024)),
+        "noncontig (64,64).t()x(64,64)": ((64, 64), (64, 64)),
+    }
+    out = {}
+    for name, (sa, sb) in cases.items():
+        for dtype in (torch.float32, torch.int64):
+            a = torch.randint(-50, 50, sa, device="cuda").to(dtype)
+            b = torch.randint(-50, 50, sb, device="cuda").to(dtype)
+            if name.startswith("noncontig"):
+                a = a.t()
+            ref_mul, ref_add = a * b, a + b
+            with flag_gems.use_gems():
+                got_mul, got_add = a * b, a + b
+            torch.cuda.synchronize()
+            out[f"{name} {dtype}"] = {
+                "mul_equal": bool(torch.equal(got_mul, ref_mul)),
+                "add_equal": bool(torch.equal(got_add, ref_add)),
+                "mul_bad": int((got_mul != ref_mul).sum()),
+            }
+    return {"table": out}
+
+
 def decode(tokens, exclude=()):
     from copyfix.measure.decode.model import CONFIGS, build, generate
 
@@ -78,7 +108,9 @@ def main():
         "triton": __import__("triton").__version__,
     }
     try:
-        if what == "iso":
+        if what == "table":
+            row.update(table())
+        elif what == "iso":
             row.update(iso(*map(int, sys.argv[3:6])))
         else:
             row.update(

@@ -16,8 +16,9 @@ run() {  # LABEL TIMEOUT ARGS...
   echo "rc=$?" >> "$L"
 }
 run "iso bptr=1 2x256" 60 python3 $P iso 1 2 256 20
+run "table bptr=1" 60 python3 $P table 1
+run "table bptr=0" 60 python3 $P table 0
 CUDA_LAUNCH_BLOCKING=1 run "decode blocking bptr=1" 90 python3 $P decode 1 48
-CUDA_LAUNCH_BLOCKING=1 run "decode blocking bptr=0" 90 python3 $P decode 0 48
 run "decode exclude where" 90 python3 $P decode 1 48 where_self,where_self_out,where_scalar_self,where_scalar_other
 run "decode exclude mul" 90 python3 $P decode 1 48 mul
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 run "sanitizer decode bptr=1" 130 compute-sanitizer --tool memcheck --print-limit 6 python3 $P decode 1 8
