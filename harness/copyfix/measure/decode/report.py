@@ -26,6 +26,11 @@ def report_lines(path: Path = RESULT) -> list[str]:
     data = records.load(path)
     if not data:
         return []
+    if not data.get("configs"):
+        return ["", f"## A Llama decode end to end (`results/{path.name}`)", "",
+                f"- op `{(data.get('op_commit') or 'unknown')[:12]}`, {data.get('date', '')}: "
+                f"no config finished; {len(data.get('workers_failed', []))} workers failed, "
+                f"{len(data.get('workers_not_run', []))} not run. {data.get('note', '')}"]  # fmt: skip
     run = next(iter(data["runs"].values()), {})
     lines = [
         "",
