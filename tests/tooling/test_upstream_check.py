@@ -250,11 +250,6 @@ def _section(label, fixed):
 def test_results_keep_other_bases_and_docs_are_generated(tmp_path, monkeypatch):
     monkeypatch.setattr(upstream_check, "RESULTS", tmp_path)
     monkeypatch.setattr(upstream_check, "DOCS", tmp_path / "UPSTREAM_CHECK.md")
-    pr = tmp_path / "PR.md"
-    pr.write_text(
-        f"before\n{upstream_check.HEADLINE_BEGIN}\nold\n{upstream_check.HEADLINE_END}\nafter\n"
-    )
-    monkeypatch.setattr(upstream_check, "PR_MD", pr)
     path = tmp_path / "upstream_check_cpu.json"
     upstream_check.write_results(path, "v5.0.2", _section("v5.0.2", True))
     upstream_check.write_results(path, "main", _section("main", False))
@@ -268,11 +263,6 @@ def test_results_keep_other_bases_and_docs_are_generated(tmp_path, monkeypatch):
     doc = upstream_check.write_docs().read_text()
     assert "**cpu mode, note.** why these cases fail" in doc
     assert "`tests/test_a.py::t`: xpu-fault" in doc
-    text = pr.read_text()
-    assert (
-        text.startswith("before\n") and text.endswith("after\n") and "old" not in text
-    )
-    assert "| v5.0.2 | cpu | 1 | **1** | **0** |" in text
 
 
 def test_pre_commit_config_uses_local_hooks_and_upstream_settings():

@@ -554,7 +554,6 @@ def test_docs_block_is_replaced_and_kept_by_upstream_check(tmp_path, monkeypatch
     block = text[text.index("<!-- upstream-ci -->") :]
     monkeypatch.setattr(upstream_check, "RESULTS", tmp_path / "none")
     monkeypatch.setattr(upstream_check, "DOCS", doc)
-    monkeypatch.setattr(upstream_check, "PR_MD", tmp_path / "PR.md")
     upstream_check.write_docs()
     again = doc.read_text()
     assert again.startswith(upstream_check.DOC_INTRO) and again.endswith(block)

@@ -1,42 +1,26 @@
 """Upstream FlagGems' own tests, before and after the overlay, with KunlunXIN's fault on.
 
-Harness file (not part of the upstream PR).  ``make upstream-check UPSTREAM=<checkout>``
-runs ``check``; ``discover`` (re)builds the selection it runs.
+Harness file (not part of the upstream PR); ``make upstream-check`` / ``upstream-discover``:
 
     python -m copyfix.upstream.check discover <checkout> [--files tests/test_x.py ...]
     python -m copyfix.upstream.check check <checkout> [--mode cpu|cuda] [-n N] [--limit N]
     python -m copyfix.upstream.check docs          # regenerate docs/UPSTREAM_CHECK.md only
 
-How it works:
-
-* The checkout is composed twice into a temporary folder with copyfix.compose: the base
-  alone (``FLAGGEMS_BASE=<checkout>``, no overlay file) and base + overlay.  The checkout
-  is never written to: its ``tests/`` (and ``pytest.ini``) are copied to the temporary
-  folder and run there, so upstream's report files and caches land there too.
-* Each composition runs the selected tests in its own pytest process (``PYTHONPATH`` puts
-  the composed flag_gems first; ``-o pythonpath=`` drops upstream's ``pythonpath = src``)
-  with ``-p copyfix.upstream.plugin``: the emulation, the XPU fault
-  (``emulation.xpu_fallback_failure``), a spy that counts calls to the kunlunxin
-  ``copy``/``copy_``, the xdist fix for upstream's conftest, one JSON record per test.
-* Selection (``discover``): the base composition, fault off, over candidate test files
-  (default: every ``tests/**/test_*.py``); every case that called the kunlunxin copy/copy_
-  at least once is selected.  The result is committed as
-  ``results/upstream_selection_<label>.json`` so later checks run the same cases.
-* Classification: pass_both / fixed / regressed / fail_both / skipped, and for every
-  failure a reason class read from its failure text (see REASON_PATTERNS).
-* Output: ``results/upstream_check_<mode>.json`` (one section per base label, so runs for
-  other bases are kept, with a top-level summary summed over them) and the generated
-  ``docs/UPSTREAM_CHECK.md``.
+The checkout is composed twice (copyfix.compose: the base alone, and base + overlay) and
+its ``tests/`` run against each in a temporary folder under ``copyfix.upstream.plugin``;
+the checkout is never written to.  ``discover`` keeps the cases of the base (fault off)
+that call the kunlunxin copy/copy_ (``results/upstream_selection_<label>.json``);
+``check`` classifies each selected case (pass_both / fixed / regressed / fail_both /
+skipped, failures by REASON_PATTERNS) into ``results/upstream_check_<mode>.json``, one
+section per base label, and the generated ``docs/UPSTREAM_CHECK.md`` (its DOC_INTRO).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,71 +28,38 @@ from collections import Counter
 from pathlib import Path
 
 from copyfix import records
-
-REPO = Path(__file__).resolve().parents[3]
-RESULTS = REPO / "results"
-DOCS = REPO / "docs" / "UPSTREAM_CHECK.md"
-PR_MD = REPO / "docs" / "PR2.md"
-CLASSES = ("fixed", "regressed", "pass_both", "fail_both", "skipped")
-PLUGIN = "copyfix.upstream.plugin"
-# cpu mode: address-space cap of each pytest process (controller and each xdist worker)
-MEM_GB_PER_PROCESS = float(os.environ.get("COPYFIX_UPSTREAM_MEM_GB") or 6)
-
-# Failure text -> reason class, first match wins.  Read from the failures the check
-# actually produced (cpu emulation of v5.0.2 and main, cuda mode): what the emulated
-# device cannot do is an emulation limit, whatever copy_ does; the injected KunlunXIN
-# fault is its own class, because it is the bug under test.
-REASON_PATTERNS = (
-    ("xpu-fault", r"invalid device function"),
-    # the per-process address-space cap of cpu mode (MEM_GB_PER_PROCESS)
-    (
-        "memory-cap",
-        r"MemoryError|can't allocate memory|Cannot allocate memory|std::bad_alloc",
-    ),
-    (
-        "emulation-limit",
-        r"exceeds triton maximum tensor numel"  # interpreter / stock Triton 2**20 block cap
-        r"|exists only in KunlunXIN's Triton"  # XPU-only libdevice stubs
-        r"|Torch not compiled with CUDA|Found no NVIDIA driver|No CUDA GPUs"
-        r"|CUDA driver|torch\.cuda\.|is_cuda|device_type.?==.?.cuda"
-        r"|Expected all tensors to be on the same device"
-        r"|cuda(:\d+)?[\"'\]]? device|device=.?cuda|on (a )?CUDA device"
-        r"|interpreter|TRITON_INTERPRET|InterpretedFunction"
-        r"|not implemented for 'CPU'|CPU backend|for CPU tensors|Could not run .* 'CPU' backend"
-        r"|Unsupported function referenced|generate_configs"
-        # a CPU-only op reached through the CPU dispatch key, which cpu mode registers on
-        r"|CPU only\. There seems a mistake to dispatch",
-    ),
-    ("assertion", r"AssertionError|assert |Mismatched elements|not close"),
+from copyfix.upstream.common import (  # noqa: F401  (the names upstream-ci uses too)
+    DOCS,
+    MEM_GB_PER_PROCESS,
+    PLUGIN,
+    REASON_PATTERNS,
+    REPO,
+    RESULTS,
+    call,
+    check_checkout,
+    checkout_label,
+    first_line,
+    op_identity,
+    pytest_env,
+    read_out,
+    reason_class,
 )
+
+CLASSES = ("fixed", "regressed", "pass_both", "fail_both", "skipped")
+MISSING = {"outcome": "missing", "reason": "not run", "copy_calls": 0}
 
 
 # ------------------------------------------------------------------ checkout, compose
 
 
-def checkout_label(checkout: Path) -> str:
-    """v<__version__> of the checkout's flag_gems if it states one, else the folder name."""
-    init = checkout / "src" / "flag_gems" / "__init__.py"
-    m = re.search(r'^__version__\s*=\s*["\']([^"\']+)["\']', init.read_text(), re.M)
-    return f"v{m.group(1)}" if m else checkout.resolve().name
-
-
-def check_checkout(checkout: Path) -> Path:
-    checkout = checkout.expanduser().resolve()
-    for rel in ("src/flag_gems/__init__.py", "tests/conftest.py"):
-        if not (checkout / rel).is_file():
-            raise SystemExit(f"{checkout} is not a FlagGems checkout (no {rel})")
-    return checkout
-
-
 def compose_pair(checkout: Path, work: Path) -> dict[str, Path]:
     """work/base and work/overlay: composed flag_gems trees (base alone; base + overlay)."""
+    from unittest import mock
+
     from copyfix.compose import compose
 
     out = {}
-    saved = os.environ.get("FLAGGEMS_BASE")
-    os.environ["FLAGGEMS_BASE"] = str(checkout)
-    try:
+    with mock.patch.dict("os.environ", FLAGGEMS_BASE=str(checkout)):
         for name in ("base", "overlay"):
             project = work / f"project-{name}"
             (project / "src").mkdir(parents=True)
@@ -118,21 +69,13 @@ def compose_pair(checkout: Path, work: Path) -> dict[str, Path]:
             else:
                 (project / "src" / "flag_gems").mkdir()
             out[name] = compose(project, editable=False)
-    finally:
-        if saved is None:
-            os.environ.pop("FLAGGEMS_BASE", None)
-        else:
-            os.environ["FLAGGEMS_BASE"] = saved
     return out
 
 
 def copy_tests(checkout: Path, work: Path) -> Path:
     run = work / "run"
-    shutil.copytree(
-        checkout / "tests",
-        run / "tests",
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-    )
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(checkout / "tests", run / "tests", ignore=ignore)
     if (checkout / "pytest.ini").is_file():
         shutil.copy(checkout / "pytest.ini", run / "pytest.ini")
     return run
@@ -141,147 +84,71 @@ def copy_tests(checkout: Path, work: Path) -> Path:
 # ------------------------------------------------------------------------------ run
 
 
-def run_pytest(
-    composed: Path,
-    run_dir: Path,
-    targets: list[str],
-    *,
-    mode: str,
-    fault: bool,
-    jobs: int,
-    quick: bool,
-    select: Path | None,
-    out: Path,
-    log: Path,
-    per_test: int = 0,
-    extra: list[str] = (),
-) -> dict:
-    """One pytest process over ``targets`` with the composed flag_gems; returns its records."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(composed), str(REPO / "harness"), env.get("PYTHONPATH", "")]
-    ).rstrip(os.pathsep)
-    env.pop("TRITON_INTERPRET", None)  # the plugin's activation decides
-    env.update(
-        COPYFIX_EMULATION=mode,
-        COPYFIX_UPSTREAM_FAULT="1" if fault else "0",
-        COPYFIX_UPSTREAM_OUT=str(out),
-        PYTHONDONTWRITEBYTECODE="1",
-        COPYFIX_UPSTREAM_MEM_GB=str(MEM_GB_PER_PROCESS),
-    )
-    env.pop("COPYFIX_UPSTREAM_SELECT", None)
-    env["COPYFIX_UPSTREAM_PER_TEST"] = str(per_test)
-    if select is not None:
-        env["COPYFIX_UPSTREAM_SELECT"] = str(select)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        PLUGIN,
-        "-p",
-        "no:cacheprovider",
-        "-o",
-        "pythonpath=",
-        "-q",
-        "-rN",
-        "--tb=short",
-        "-W",
-        "ignore",
-        "--continue-on-collection-errors",  # e.g. a file that needs CUDA at import
-    ]
-    if quick:
-        cmd.append("--quick")
-    if jobs > 0:
-        cmd += ["-n", str(jobs)]
-    cmd += [*extra, *targets]
-    started = time.monotonic()
-    with open(log, "w") as fh:
-        rc = subprocess.call(
-            cmd, cwd=run_dir, env=env, stdout=fh, stderr=subprocess.STDOUT
-        )
-    wall = time.monotonic() - started
-    if not out.is_file():
+def run_pytest(composed, run_dir, targets, name, work, *, jobs, quick, **env) -> dict:
+    """One pytest process over ``targets`` with the composed flag_gems; its records
+    (``env``: mode, fault and the plugin's selection, as pytest_env takes them)."""
+    out, log = work / f"{name}.json", work / f"{name}.log"
+    env = pytest_env(composed, out=out, PYTHONDONTWRITEBYTECODE="1", **env)
+    cmd = [sys.executable, "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider"]
+    cmd += ["-o", "pythonpath=", "-q", "-rN", "--tb=short", "-W", "ignore"]
+    cmd += ["--continue-on-collection-errors"]  # e.g. a file that needs CUDA at import
+    cmd += ["--quick"] * quick + (["-n", str(jobs)] if jobs > 0 else []) + targets
+    rc, wall, _ = call(cmd, run_dir, env, log)
+    data = read_out(out)
+    if data is None:
+        from copyfix import emulation
+        from copyfix.compose import overlay_info
+
         text = log.read_text()
         errors = re.findall(r"^(?:E\s+)?([\w.]+(?:Error|Exception): .*)$", text, re.M)
+        origin = overlay_info(composed / "flag_gems").get("BASE_ORIGIN", str(composed))
+        known = getattr(emulation, "SUPPORTED_VERSIONS", {}).get("flag_gems", ("?",))
         raise SystemExit(
             f"{text[-3000:]}\n\nupstream-check: the pytest run with the "
-            f"{composed.parents[1].name.removeprefix('project-')} composition ({_origin(composed)}) "
+            f"{composed.parents[1].name.removeprefix('project-')} composition ({origin}) "
             f"stopped before running any test (rc {rc}).\n"
             f"Last error: {errors[-1] if errors else '(none found; see the output above)'}\n"
-            f"If that is an import of flag_gems failing, copyfix.emulation ({mode} mode) does "
-            "not support this base (yet): it is written for flag_gems "
-            f"{_supported_flag_gems()}."
+            f"If that is an import of flag_gems failing, copyfix.emulation "
+            f"({env['COPYFIX_EMULATION']} mode) does not support this base (yet): it is "
+            f"written for flag_gems {', '.join(known)}."
         )
-    data = json.loads(out.read_text())
-    data["meta"]["wall_s"] = round(wall, 1)
-    data["meta"]["returncode"] = rc
+    data["meta"].update(wall_s=wall, returncode=rc)
     return data
-
-
-def _origin(composed: Path) -> str:
-    from copyfix.compose import overlay_info
-
-    return overlay_info(composed / "flag_gems").get("BASE_ORIGIN", str(composed))
-
-
-def _supported_flag_gems() -> str:
-    from copyfix import emulation
-
-    return ", ".join(
-        getattr(emulation, "SUPPORTED_VERSIONS", {}).get("flag_gems", ("?",))
-    )
 
 
 # -------------------------------------------------------------------- classification
 
 
-def reason_class(text: str | None) -> str:
-    for name, pattern in REASON_PATTERNS:
-        if text and re.search(pattern, text):
-            return name
-    return "other"
-
-
 def _normalise(text: str | None) -> str:
     """A failure message without addresses, numbers and temp paths, for comparing runs."""
-    text = (text or "").splitlines()[0] if text else ""
-    text = re.sub(r"0x[0-9a-f]+", "0x", text)
+    text = re.sub(r"0x[0-9a-f]+", "0x", first_line(text, None))
     text = re.sub(r"/tmp/\S+", "<tmp>", text)
     return re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "N", text)
 
 
 def classify(base: dict | None, overlay: dict | None) -> dict:
     """Class of one case from its base and overlay records (a missing record is a failure)."""
-    missing = {"outcome": "missing", "reason": "not run", "copy_calls": 0}
-    base, overlay = base or missing, overlay or missing
+    base, overlay = base or MISSING, overlay or MISSING
     ok_b, ok_o = base["outcome"] == "passed", overlay["outcome"] == "passed"
-    rec = {"class": None, "reason_class": None}
     if "skipped" in (base["outcome"], overlay["outcome"]):
-        rec["class"] = "skipped"
-        rec["reason_class"] = "skipped"
-    elif ok_b and ok_o:
-        rec["class"] = "pass_both"
-    elif ok_o:
-        rec["class"] = "fixed"
-        rec["reason_class"] = reason_class(base["reason"])  # why the base failed
-    elif ok_b:
-        rec["class"] = "regressed"
-        rec["reason_class"] = reason_class(overlay["reason"])
+        return {"class": "skipped", "reason_class": "skipped"}
+    if ok_b and ok_o:
+        return {"class": "pass_both", "reason_class": None}
+    if ok_b or ok_o:  # the reason the failing side failed
+        why = reason_class((overlay if ok_b else base)["reason"])
+        return {"class": "regressed" if ok_b else "fixed", "reason_class": why}
+    rb, ro = reason_class(base["reason"]), reason_class(overlay["reason"])
+    if "memory-cap" in (rb, ro):
+        why = "memory-cap"
+    elif "emulation-limit" in (rb, ro):
+        why = "emulation-limit"
+    elif ro == "xpu-fault":
+        why = "xpu-fault"  # the overlay still reaches the fault
+    elif _normalise(base["reason"]) == _normalise(overlay["reason"]):
+        why = "same-failure"
     else:
-        rec["class"] = "fail_both"
-        rb, ro = reason_class(base["reason"]), reason_class(overlay["reason"])
-        if "memory-cap" in (rb, ro):
-            rec["reason_class"] = "memory-cap"
-        elif "emulation-limit" in (rb, ro):
-            rec["reason_class"] = "emulation-limit"
-        elif ro == "xpu-fault":
-            rec["reason_class"] = "xpu-fault"  # the overlay still reaches the fault
-        elif _normalise(base["reason"]) == _normalise(overlay["reason"]):
-            rec["reason_class"] = "same-failure"
-        else:
-            rec["reason_class"] = "different-failure"
-    return rec
+        why = "different-failure"
+    return {"class": "fail_both", "reason_class": why}
 
 
 def summarise(cases: list[dict]) -> dict:
@@ -291,13 +158,8 @@ def summarise(cases: list[dict]) -> dict:
     summary["reached_copy"] = sum(
         1 for c in cases if c["base"]["copy_calls"] or c["overlay"]["copy_calls"]
     )
-    summary["fail_both_reasons"] = dict(
-        sorted(
-            Counter(
-                c["reason_class"] for c in cases if c["class"] == "fail_both"
-            ).items()
-        )
-    )
+    fail_both = Counter(c["reason_class"] for c in cases if c["class"] == "fail_both")
+    summary["fail_both_reasons"] = dict(sorted(fail_both.items()))
     return summary
 
 
@@ -350,40 +212,28 @@ def candidate_files(checkout: Path, files: list[str] | None) -> list[str]:
 # ------------------------------------------------------------------------- commands
 
 
-def _test_function(nodeid: str) -> str:
-    return nodeid.split("[", 1)[0]
-
-
 def cmd_discover(args) -> int:
     checkout = check_checkout(args.upstream)
     label = args.label or checkout_label(checkout)
     targets = candidate_files(checkout, args.files)
+    functions, scan = targets, None
     with tempfile.TemporaryDirectory(prefix="copyfix-upstream-") as tmp:
         work = Path(tmp)
-        composed = compose_pair(checkout, work)
+        composed = compose_pair(checkout, work)["base"]
         run_dir = copy_tests(checkout, work)
-        common = dict(
-            mode=args.mode, fault=False, jobs=args.jobs, quick=args.quick, select=None
-        )
-        functions = targets
-        scan = None
+        common = dict(mode=args.mode, fault=False, jobs=args.jobs, quick=args.quick)
         if args.scan:
             # scan: the first --scan case(s) of every test function; only functions
             # whose scanned case called copy/copy_ are run in full below
+            per_test = {"COPYFIX_UPSTREAM_PER_TEST": str(args.scan)}
             scan = run_pytest(
-                composed["base"],
-                run_dir,
-                targets,
-                per_test=args.scan,
-                out=work / "scan.json",
-                log=work / "scan.log",
-                **common,
+                composed, run_dir, targets, "scan", work, **common, **per_test
             )
             functions = sorted(
                 {
-                    _test_function(n)
+                    n.split("[", 1)[0]
                     for n, r in scan["records"].items()
-                    if r["copy_calls"] > 0
+                    if r["copy_calls"]
                 }
             )
             print(
@@ -391,39 +241,29 @@ def cmd_discover(args) -> int:
                 f"{scan['meta']['wall_s']} s; {len(functions)} test functions called copy/copy_",
                 flush=True,
             )
-        data = run_pytest(
-            composed["base"],
-            run_dir,
-            functions,
-            out=work / "discover.json",
-            log=work / "discover.log",
-            **common,
-        )
+        data = run_pytest(composed, run_dir, functions, "discover", work, **common)
         if args.log:
             shutil.copy(work / "discover.log", args.log)
     cases = data["records"]
     reached = {n: r for n, r in cases.items() if r["copy_calls"] > 0}
     out = Path(args.out) if args.out else selection_path(label)
+    searched = (
+        f"; searched: every test function whose first {args.scan} case(s) called it"
+        if args.scan
+        else "; searched: every case of the searched files"
+    )
     selection = {
         "label": label,
         "checkout": str(checkout),
-        "how": (
-            "cases of the base composition (XPU fault off) that called the kunlunxin "
-            "copy/copy_ at least once"
-            + (
-                f"; searched: every test function whose first {args.scan} case(s) called it"
-                if args.scan
-                else "; searched: every case of the searched files"
-            )
-        ),
+        "how": "cases of the base composition (XPU fault off) that called the kunlunxin "
+        "copy/copy_ at least once" + searched,
         "mode": args.mode,
         "quick": args.quick,
         "generated": records.date(),
         "versions": data["meta"].get("versions"),
         "searched_files": targets,
-        "scan": None
-        if scan is None
-        else {
+        "scan": scan
+        and {
             "per_test": args.scan,
             "cases": len(scan["records"]),
             "wall_s": scan["meta"]["wall_s"],
@@ -443,6 +283,15 @@ def cmd_discover(args) -> int:
         f"copy/copy_ ({len(_files_of(reached))} files); wrote {out}"
     )
     return 0
+
+
+def _brief(rec: dict | None) -> dict:
+    if rec is None:
+        return dict(MISSING)
+    out = {"outcome": rec["outcome"], "copy_calls": rec["copy_calls"]}
+    if rec.get("reason"):
+        out["reason"] = first_line(rec["reason"])
+    return out
 
 
 def cmd_check(args) -> int:
@@ -469,35 +318,39 @@ def cmd_check(args) -> int:
         select = work / "select.json"
         select.write_text(json.dumps(nodeids))
         for name in ("base", "overlay"):
-            runs[name] = run_pytest(
+            runs[name] = run = run_pytest(
                 composed[name],
                 run_dir,
                 _files_of(nodeids),
+                name,
+                work,
                 mode=args.mode,
-                fault=True,
                 jobs=args.jobs,
                 quick=quick,
-                select=select,
-                out=work / f"{name}.json",
-                log=work / f"{name}.log",
+                COPYFIX_UPSTREAM_SELECT=str(select),
             )
             if args.log_dir:
                 Path(args.log_dir).mkdir(parents=True, exist_ok=True)
                 shutil.copy(work / f"{name}.log", Path(args.log_dir) / f"{name}.log")
             print(
-                f"{name}: {len(runs[name]['records'])} cases in {runs[name]['meta']['wall_s']} s",
+                f"{name}: {len(run['records'])} cases in {run['meta']['wall_s']} s",
                 flush=True,
             )
-    _verify_compositions(runs)
+    # the base run must have imported the checkout's own copy.py, the overlay run ours
+    copy_rel = "runtime/backend/_kunlunxin/ops/copy.py"
+    b, o = (runs[k]["meta"].get("replaced", []) for k in ("base", "overlay"))
+    if copy_rel in b or copy_rel not in o:
+        raise SystemExit(
+            f"compositions mixed up: base replaced {b}, overlay replaced {o}"
+        )
     cases = []
     for n in nodeids:
         b = _brief(runs["base"]["records"].get(n))
         o = _brief(runs["overlay"]["records"].get(n))
         # classified from what is stored, so `reclassify` gives the same answer later
         rec = {"nodeid": n, **classify(b, o), "base": b, "overlay": o}
-        ref = selection["cases"].get(n)
-        if ref is not None:
-            rec["base_fault_off"] = ref["outcome"]
+        if n in selection["cases"]:
+            rec["base_fault_off"] = selection["cases"][n]["outcome"]
         cases.append(rec)
     section = {
         "summary": summarise(cases),
@@ -518,15 +371,11 @@ def cmd_check(args) -> int:
             "wall_s": round(time.monotonic() - started, 1),
             "run_wall_s": {k: v["meta"]["wall_s"] for k, v in runs.items()},
             **records.stamp(machine=args.machine),
-            **_op_identity(),
+            **op_identity(),
         },
         "cases": cases,
     }
-    out = (
-        Path(args.results)
-        if args.results
-        else RESULTS / f"upstream_check_{args.mode}.json"
-    )
+    out = Path(args.results or RESULTS / f"upstream_check_{args.mode}.json")
     write_results(out, label, section)
     if not args.no_docs:
         write_docs()
@@ -551,25 +400,6 @@ def cmd_reclassify(args) -> int:
         print(f"reclassified {path}")
     print(f"wrote {write_docs()}")
     return 0
-
-
-def _verify_compositions(runs: dict) -> None:
-    """The base run must have imported the checkout's own copy.py, the overlay run ours."""
-    copy_rel = "runtime/backend/_kunlunxin/ops/copy.py"
-    b, o = runs["base"]["meta"], runs["overlay"]["meta"]
-    if copy_rel in b.get("replaced", []) or copy_rel not in o.get("replaced", []):
-        raise SystemExit(
-            f"compositions mixed up: base replaced {b.get('replaced')}, overlay replaced {o.get('replaced')}"
-        )
-
-
-def _brief(rec: dict | None) -> dict:
-    if rec is None:
-        return {"outcome": "missing", "reason": "not run", "copy_calls": 0}
-    out = {"outcome": rec["outcome"], "copy_calls": rec["copy_calls"]}
-    if rec.get("reason"):
-        out["reason"] = rec["reason"].splitlines()[0][:300] if rec["reason"] else None
-    return out
 
 
 def write_results(path: Path, label: str, section: dict) -> dict:
@@ -652,15 +482,7 @@ def write_docs() -> Path:
                 parts.append(f"**{mode} mode, {key.replace('_', ' ')}.** {data[key]}\n")
     kept = _kept_ci_block()
     DOCS.write_text("\n".join(parts) + ("\n" + kept if kept else ""))
-    _write_headline()
     return DOCS
-
-
-def _op_identity() -> dict:
-    """The copy.py measured (see copyfix.bench.op_identity)."""
-    from copyfix.bench import op_identity
-
-    return op_identity()
 
 
 def _doc_section(mode: str, label: str, sec: dict) -> str:
@@ -740,104 +562,55 @@ def _selection_note(meta: dict) -> str:
     )
 
 
-HEADLINE_BEGIN = "<!-- upstream-check headline: generated by copyfix.upstream.check -->"
-HEADLINE_END = "<!-- end upstream-check headline -->"
-
-
-def _write_headline() -> None:
-    """The fixed/regressed table between the markers in docs/PR.md (if they are there)."""
-    if not PR_MD.is_file():
-        return
-    text = PR_MD.read_text()
-    if HEADLINE_BEGIN not in text or HEADLINE_END not in text:
-        return
-    rows = [
-        "| base | mode | cases | fixed | regressed | pass both | fail both (emulation limit) |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
-    for path in sorted(RESULTS.glob("upstream_check_*.json")):
-        mode = path.stem.rsplit("_", 1)[1]
-        for label, sec in json.loads(path.read_text())["bases"].items():
-            s = sec["summary"]
-            rows.append(
-                f"| {label} | {mode} | {s['cases']} | **{s['fixed']}** | **{s['regressed']}** | "
-                f"{s['pass_both']} | {s['fail_both']} "
-                f"({s['fail_both_reasons'].get('emulation-limit', 0)}) |"
-            )
-    head, rest = text.split(HEADLINE_BEGIN, 1)
-    _, tail = rest.split(HEADLINE_END, 1)
-    PR_MD.write_text(
-        head + HEADLINE_BEGIN + "\n" + "\n".join(rows) + "\n" + HEADLINE_END + tail
-    )
-
-
 # ------------------------------------------------------------------------------ main
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="copyfix.upstream.check")
     sub = parser.add_subparsers(dest="cmd", required=True)
-
-    def common(p):
+    d = sub.add_parser("discover", help="build results/upstream_selection_<label>.json")
+    c = sub.add_parser("check", help="base vs base + overlay, XPU fault on")
+    for p in (d, c):
         p.add_argument("upstream", type=Path, help="FlagGems checkout (src/, tests/)")
         p.add_argument("--mode", choices=("cpu", "cuda"), default="cpu")
-        p.add_argument(
-            "-n", "--jobs", type=int, default=2, help="xdist workers (0: none)"
-        )
-        p.add_argument(
-            "--label", help="base label (default v<__version__> or folder name)"
-        )
-        p.add_argument(
-            "--files", nargs="+", help="test files (paths as tests/test_x.py)"
-        )
-
-    d = sub.add_parser("discover", help="build results/upstream_selection_<label>.json")
-    common(d)
+        p.add_argument("-n", "--jobs", type=int, default=2, help="xdist workers")
+        p.add_argument("--label", help="base label (default v<__version__>)")
+        p.add_argument("--files", nargs="+", help="test files (as tests/test_x.py)")
     d.add_argument("--no-quick", dest="quick", action="store_false", default=True)
     d.add_argument(
-        "--out", help="selection file (default results/upstream_selection_<label>.json)"
+        "--out", help="selection file (default results/upstream_selection_*)"
     )
     d.add_argument(
         "--scan",
         type=int,
         default=1,
-        help="first scan N cases per test function, then run in full only the functions "
-        "that reached copy_ (0: run every case of every file)",
+        help="run in full only the test functions whose first N cases reached copy_ "
+        "(0: every case of every file)",
     )
     d.add_argument("--log", help="copy pytest's output here")
-
-    c = sub.add_parser("check", help="base vs base + overlay, XPU fault on")
-    common(c)
     q = c.add_mutually_exclusive_group()
     q.add_argument("--quick", dest="quick", action="store_true", default=None)
     q.add_argument("--no-quick", dest="quick", action="store_false")
     c.add_argument(
-        "--selection",
-        help="selection file (default results/upstream_selection_<label>.json)",
+        "--selection", help="default results/upstream_selection_<label>.json"
     )
     c.add_argument("-k", "--keyword", help="regex on node ids, to run a subset")
-    c.add_argument(
-        "--limit", type=int, help="at most N cases, taken one file at a time"
-    )
-    c.add_argument(
-        "--results", help="results file (default results/upstream_check_<mode>.json)"
-    )
+    c.add_argument("--limit", type=int, help="at most N cases, one file at a time")
+    c.add_argument("--results", help="default results/upstream_check_<mode>.json")
     c.add_argument("--machine", help="machine description for the report")
     c.add_argument("--log-dir", help="copy both pytest outputs here")
     c.add_argument("--no-docs", action="store_true", help="do not regenerate the docs")
     c.add_argument("--strict", action="store_true", help="exit 1 on any regression")
-
     sub.add_parser("docs", help="regenerate docs/UPSTREAM_CHECK.md from results/")
-    sub.add_parser(
-        "reclassify", help="classify stored cases again, then regenerate the docs"
-    )
+    sub.add_parser("reclassify", help="classify stored cases again, then the docs")
     args = parser.parse_args(argv)
-    if args.cmd == "reclassify":
-        return cmd_reclassify(args)
-    if args.cmd == "discover":
-        return cmd_discover(args)
-    if args.cmd == "check":
-        return cmd_check(args)
+    commands = {
+        "reclassify": cmd_reclassify,
+        "discover": cmd_discover,
+        "check": cmd_check,
+    }
+    if args.cmd in commands:
+        return commands[args.cmd](args)
     print(f"wrote {write_docs()}")
     return 0
 

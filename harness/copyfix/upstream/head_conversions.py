@@ -1,14 +1,8 @@
 """PR 2 and PR 4 on upstream's newest files: every dtype pair, head file vs head + patch.
 
-Runs in a child process on the head-like tree that ``tests/overlay/test_head_integration.py``
-builds (main of 2026-08-21, upstream's later files from ``.upstream/later/``, every
-``.head.patch`` applied), cpu mode, the toolchain model on.  For each op ``after`` is the
-tree's patched module and ``before`` upstream's head file, loaded beside it in the same
-package with the one shim of :data:`SHIMS`.  Both run over the dtypes and layouts of
-:mod:`copyfix.measure.generic_conversions`, compared bit for bit with torch.
-
-    PYTHONPATH=<tree>/src:harness COPYFIX_EMULATION=cpu \\
-        python -m copyfix.upstream.head_conversions --out results/head_conversions_cpu.json
+Run in a child on the head-like tree of ``tests/overlay/test_head_integration.py``, cpu
+mode: ``after`` is the tree's patched module, ``before`` upstream's head file loaded
+beside it (with :data:`SHIMS`), both over :mod:`copyfix.measure.generic_conversions`.
 """
 
 from __future__ import annotations

@@ -1,44 +1,22 @@
 """Upstream's later KunlunXIN ``copy.py`` (the ``tle_copy`` era), run in place of ours.
 
-Harness file (not part of the upstream PR)::
+Harness file (not part of the upstream PR); ``make upstream-later UPSTREAM=<checkout>``::
 
     python -m copyfix.upstream.later <FlagGems checkout> [--later DIR] [--mode cpu|cuda]
         [--test-copy full|quick|none] [--results PATH] [--timeout S]
 
-Upstream kept changing the kunlunxin ``copy_`` after main of 2026-08-21, the base this PR
-targets. The newest version in the public index calls ``tle_copy(expanded_src, dst)``
-first and sends to aten every copy under 2**14 elements with equal shapes, every aliasing
-copy and every layout ``tle_copy`` declines. This measures that file as a new user would
-meet it: ``tle`` unavailable (stock Triton, or triton-xpu without TLE: upstream #6470;
-upstream's own ``tle_copy.py`` then declines every copy) and aten's strided copy missing
-(``emulation.xpu_device_model``), next to the checkout's own file and to PR 1.
+The newest public copy.py calls ``tle_copy(expanded_src, dst)`` first and sends to aten
+every small equal-shape copy, every aliasing copy and every layout ``tle_copy`` declines.
+This measures it as a new user would meet it: ``tle`` unavailable (upstream #6470) and
+aten's strided copy missing (``emulation.xpu_device_model``).  Its files (LATER_FILES)
+are never committed: they sit under ``--later`` (default ``.upstream/later/``).
 
-Its files are never committed here. Put them under ``--later`` (default ``.upstream/later/``,
-ignored by git) as ``copy.py`` and ``tle_copy.py``, read with the search tool's file lookup
-(repo flagos-ai/FlagGems, the paths in :data:`LATER_FILES`); their sha256 goes into the
-results, beside the one the report cites.
-
-Four variants, each on its own temporary copy of the checkout (the checkout is not
-written to): ``base`` (the checkout's copy.py), ``later`` (upstream's later copy.py and
-``utils/tle_copy.py``), ``ours`` (PR 1, applied by ``export.apply_pr``), and
-``ours-on-head`` (the head-like tree: ``later``'s tree, PR 1 applied to it by
-``export.apply_pr``, i.e. ``copy.py.head.patch`` on the head copy.py plus
-``strided_copy.py``). For each:
-
-* :data:`CASES`, in a child process with the checkout's ``flag_gems`` imported: the
-  strided-copy fault's minimal repro, SDPA mask copies, and one copy of each kind the
-  later file sends to aten (small with equal shapes, aliasing, declined by ``tle_copy``);
-  each ``dst.copy_(src)`` under ``use_gems(include=["copy_"])`` with the device model
-  on, compared bit for bit with torch on the host; aten fallbacks (redispatches)
-  counted, and among them the strided ones (those the XPU's native copy cannot run as
-  one flat loop);
-* where the tree has ``tle_copy.py``: with :mod:`copyfix.upstream.tle_standin` (TLE
-  "available", tle_copy's own rules deciding), which copies of a corpus reach
-  ``tle_copy`` and which it takes, so ``later`` and ``ours-on-head`` can be compared;
-* upstream's ``tests/test_copy.py`` as ``copyfix.upstream.ci`` runs it (both invocations
-  with ``--test-copy full``).
-
-Results: ``results/upstream_later_<mode>.json``; ``make upstream-later UPSTREAM=<checkout>``.
+Each variant (``base``: the checkout's copy.py; ``later``: upstream's later files;
+``ours``: PR 1; ``ours-on-head``: PR 1 on the later tree) gets its own copy of the
+checkout and runs the copies of ``_cases`` in a child (bit for bit against torch
+on the host, aten fallbacks counted), :mod:`copyfix.upstream.tle_standin` where the
+tree has ``tle_copy.py``, and upstream's ``tests/test_copy.py`` as upstream-ci runs it.
+Results: ``results/upstream_later_<mode>.json``.
 """
 
 from __future__ import annotations
@@ -56,8 +34,8 @@ from unittest import mock
 from copyfix import records
 from copyfix.budget import Budget
 from copyfix.upstream import ci as upstream_ci
+from copyfix.upstream.common import REPO, pytest_env
 
-REPO = upstream_ci.REPO
 KUNLUNXIN = "src/flag_gems/runtime/backend/_kunlunxin"
 # name under --later: (path in FlagGems, where it was read, sha256 the report cites)
 LATER_FILES = {
@@ -279,13 +257,17 @@ def later_files(folder: Path) -> dict:
     return recs
 
 
+def _lay(tree: Path, later: Path) -> None:
+    for name, (upstream_path, _, _) in LATER_FILES.items():
+        shutil.copyfile(later / name, tree / upstream_path)
+
+
 def make_tree(checkout: Path, work: Path, variant: str, later: Path) -> Path:
     from copyfix import export
 
     tree = upstream_ci.copy_checkout(checkout, work / variant)
     if variant in HEAD_TREES:
-        for name, (upstream_path, _, _) in LATER_FILES.items():
-            shutil.copyfile(later / name, tree / upstream_path)
+        _lay(tree, later)
     if variant == "ours-on-head":
         adapt(tree)  # (named: ADAPTATIONS)
     if variant in ("ours", "ours-on-head"):
@@ -294,8 +276,7 @@ def make_tree(checkout: Path, work: Path, variant: str, later: Path) -> Path:
 
 
 def _cases_child(tree: Path, variant: str, args, work: Path) -> dict:
-    env = upstream_ci.run_env(tree, args.mode, None, None)
-    env.pop("PYTEST_ADDOPTS")
+    env = pytest_env(tree / "src", args.mode)
     out = work / f"cases-{variant}.json"
     out.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "copyfix.upstream.later", "--cases", str(out)]
@@ -333,8 +314,7 @@ def make_head_tree(tree: Path, later: Path) -> list[str]:
         raise upstream_ci.InputError(
             f"{later}: {', '.join(wrong)} not the cited sha256"
         )
-    for name, (upstream_path, _, _) in LATER_FILES.items():
-        shutil.copyfile(later / name, tree / upstream_path)
+    _lay(tree, later)
     return adapt(tree)
 
 
@@ -355,23 +335,15 @@ def run_variant(tree: Path, variant: str, args, work: Path) -> dict:
             f"fallbacks {rec['fallbacks']} {rec.get('error', '')[:70]}",
             flush=True,
         )
-    budget = Budget(timeout=args.timeout)
-    section["test_copy"] = [
-        upstream_ci.run_test_copy(
-            tree,
-            cmd,
-            pr=variant,
-            mode=args.mode,
-            shims=None,
-            budget=budget,
-            work=work,
-            log_dir=None,
-            n=f"{variant}-{i}",
+    common = dict(mode=args.mode, shims=None, work=work, log_dir=None)
+    common["budget"] = Budget(timeout=args.timeout)
+    section["test_copy"] = []
+    for i, cmd in enumerate(upstream_ci.test_copy_commands(args.test_copy)):
+        rec = upstream_ci.run_test_copy(
+            tree, cmd, pr=variant, n=f"{variant}-{i}", **common
         )
-        for i, cmd in enumerate(upstream_ci.test_copy_commands(args.test_copy))
-    ]
-    for rec in section["test_copy"]:
         rec.pop("log_tail", None)
+        section["test_copy"].append(rec)
     return section
 
 
@@ -389,22 +361,15 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.cases:
         return run_cases(args.cases)
-    if args.head_tree:
-        try:
-            print(
-                "\n".join(make_head_tree(args.head_tree, args.later)) or "no adaptation"
-            )
-        except upstream_ci.InputError as exc:
-            print(exc, file=sys.stderr)
-            return 2
-        return 0
-    from copyfix import export
-
     try:
+        if args.head_tree:
+            adapted = make_head_tree(args.head_tree, args.later)
+            print("\n".join(adapted) or "no adaptation")
+            return 0
         if args.checkout is None:
-            raise upstream_ci.InputError(
-                "usage: copyfix.upstream.later <FlagGems checkout>"
-            )
+            raise upstream_ci.InputError("usage: copyfix.upstream.later <checkout>")
+        from copyfix import export
+
         checkout = args.checkout.resolve()
         export.check_preimage(checkout, export.PRS["alias-snapshot"])
         files = later_files(args.later)

@@ -1,25 +1,14 @@
 """pytest plugin (harness only) for running upstream FlagGems' own tests on the emulation.
 
-Loaded by ``copyfix.upstream.check`` as ``-p copyfix.upstream.plugin`` into a pytest run of
-an upstream checkout's ``tests/`` (never into this repository's suite).  Configured by
-environment variables, so xdist workers see the same settings as the controller:
-
-``COPYFIX_EMULATION``       emulation mode (cpu / cuda / native), activated at import,
-                            i.e. before upstream's conftest imports flag_gems.
-``COPYFIX_UPSTREAM_FAULT``  "1": the KunlunXIN device model (``emulation.xpu_device_model``)
-                            is on for the whole session.
-``COPYFIX_UPSTREAM_SELECT`` a JSON file with a list of node ids: every other collected
-                            test is deselected.
-``COPYFIX_UPSTREAM_PER_TEST`` N: without a selection, keep the first N cases (parametrizations)
-                            of each test function (discover's scan).
-``COPYFIX_UPSTREAM_MEM_GB`` cpu mode: address-space cap per pytest process, in GiB.
-``COPYFIX_UPSTREAM_OUT``    where to write one JSON record per test (on the controller).
-
-Each record carries the number of calls the test made to the kunlunxin ``copy``/``copy_``
-(the functions ``copyfix.emulation.copy_module()`` defines), counted by rebinding those
-function objects to counting wrappers wherever flag_gems holds them (see ``_spy``).
-Unlike this repository's own plugin, skips are recorded as skips (the check reports them,
-it never counts them as passes).
+Loaded as ``-p copyfix.upstream.plugin`` into runs of an upstream checkout's ``tests/``
+by upstream-check and upstream-ci; configured by environment variables (so xdist
+workers see what the controller sees): ``COPYFIX_EMULATION`` (activated at import,
+before upstream's conftest imports flag_gems), ``COPYFIX_UPSTREAM_FAULT=1`` (the device
+model on all session), ``COPYFIX_UPSTREAM_SELECT`` (a JSON list of the node ids to
+keep), ``COPYFIX_UPSTREAM_PER_TEST`` (else: the first N cases of each test function),
+``COPYFIX_UPSTREAM_MEM_GB`` (cpu mode's address-space cap) and ``COPYFIX_UPSTREAM_OUT``
+(one JSON record per test, with its calls to the kunlunxin copy/copy_: see ``_spy``).
+Skips are recorded as skips.  It loads :mod:`copyfix.upstream.xdist` too.
 """
 
 from __future__ import annotations
@@ -33,23 +22,18 @@ from pathlib import Path
 import pytest
 
 from copyfix import emulation
-from copyfix.upstream.xdist import give_results_an_entry
 
-CALLS: dict[
-    str, int
-] = {}  # nodeid -> kunlunxin copy/copy_ calls (on the process running it)
+pytest_plugins = ["copyfix.upstream.xdist"]  # (upstream v5.0.2's conftest under xdist)
+CALLS: dict[str, int] = {}  # nodeid -> kunlunxin copy/copy_ calls (in this process)
 _current: list[str] = []  # the nodeid running now (at most one)
 _records: dict[str, dict] = {}
 _fault = None
 
 
 def _cap_memory() -> None:
-    # Under the Triton interpreter a kernel's blocks are numpy arrays, several times the
-    # tensors' size: a few upstream cases grew a worker past 14 GB and the kernel's OOM
-    # killer stepped in.  In cpu mode each process gets an address-space cap instead
-    # (COPYFIX_UPSTREAM_MEM_GB, set by upstream_check), so such a case fails alone with
-    # a MemoryError ("memory-cap").  Not in cuda mode: the CUDA driver reserves far more
-    # address space than it uses.
+    # The interpreter's blocks are numpy arrays, several times the tensors' size: a case
+    # that would grow past the cap fails alone with a MemoryError ("memory-cap").  Not in
+    # cuda mode: the CUDA driver reserves far more address space than it uses.
     import resource
 
     gb = float(os.environ.get("COPYFIX_UPSTREAM_MEM_GB") or 0)
@@ -75,16 +59,9 @@ def _counting(fn):
 
 
 def _spy() -> int:
-    """Rebind the kunlunxin copy/copy_ function objects to counting wrappers.
-
-    flag_gems (5.0.2 and main) keeps the function objects it registers in
-    ``flag_gems._FULL_CONFIG`` (tuples), ``flag_gems.FULL_CONFIG_BY_FUNC`` (lists) and as
-    globals of its modules (``flag_gems.copy_``, ``_kunlunxin.ops.copy_``; other kunlunxin
-    ops import ``copy`` directly).  ``use_gems()`` reads those tables when it registers, so
-    rebinding before the first test sees every dispatched and direct call.  Observation
-    only: each wrapper calls the original with the same arguments.  Returns how many
-    references were rebound.
-    """
+    """Rebind the kunlunxin copy/copy_ function objects to counting wrappers wherever
+    flag_gems holds them (``_FULL_CONFIG``, ``FULL_CONFIG_BY_FUNC``, module globals),
+    before use_gems() reads them; how many references were rebound."""
     module = emulation.copy_module()
     targets = {
         id(getattr(module, n)): getattr(module, n)
@@ -152,9 +129,7 @@ def pytest_collection_modifyitems(config, items):
     if path:
         wanted = set(json.loads(Path(path).read_text()))
         keep = [i for i in items if i.nodeid in wanted]
-    elif (
-        per_test
-    ):  # a scan: the first N cases of each test function, in collection order
+    elif per_test:  # a scan: the first N cases of each test function
         seen: dict[str, int] = {}
         keep = []
         for i in items:
@@ -192,19 +167,8 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_logreport(report):
-    # upstream v5.0.2's conftest under xdist: see copyfix.upstream.xdist
-    if _config:
-        give_results_an_entry(_config[0], report.nodeid)
     yield
     _record(report)
-
-
-_config: list = []
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionstart(session):
-    _config[:] = [session.config]
 
 
 def _reason(report) -> str:

@@ -1,23 +1,11 @@
 """A stand-in for TLE under upstream's own ``tle_copy`` rules (harness only).
 
 Upstream's head ``_kunlunxin/utils/tle_copy.py`` decides in Python which copies it
-takes (``tle_copy`` returns True) and then launches one of three TLE kernels, which
-need triton-xpu's tile language (absent from stock Triton, and from triton-xpu 3.6.0:
-upstream #6470). :func:`standin` keeps every one of those decisions, the file's own
-code, and replaces only what needs TLE:
-
-* ``tle_dma_available()`` answers True (as on a KL3 with TLE), in tle_copy.py and
-  wherever copy.py imported it;
-* the three launch sites (``_tile_launch``, ``_trans_launch``, and
-  ``_tle_dsa_row_copy_kernel[grid](...)``) write ``src`` into ``dst`` on the host
-  instead (numpy over the tensors' memory, with their strides; a conversion is
-  torch's ``.to`` of a contiguous host copy, bool as ``!= 0``), and count.
-
-So the copies the stand-in accepts are exactly those ``tle_copy``'s rules accept
-(dtypes, unit-stride runs, collapsed rank, alignment, the transpose exclusions).
-:func:`reach` counts, for a corpus of copies, which reach ``tle_copy`` through a
-given ``copy.py`` and which ``tle_copy`` takes: run it with upstream's head file and
-with PR 1's patch of it, and compare (``copyfix.upstream.later``).
+takes, then launches one of three TLE kernels, which need triton-xpu's tile language
+(upstream #6470).  :func:`standin` keeps every decision and replaces only the TLE parts:
+``tle_dma_available()`` answers True, and the launch sites write ``src`` into ``dst``
+on the host and count.  :func:`reach` counts, for a corpus of copies, which reach
+``tle_copy`` through a given ``copy.py`` and which it takes (``copyfix.upstream.later``).
 """
 
 from __future__ import annotations

@@ -1,37 +1,17 @@
 """Upstream's per-PR CI for the exported PRs, on the emulated KunlunXIN runner.
 
-Harness file (not part of the upstream PR).  ``make upstream-ci UPSTREAM=<checkout>``:
+Harness file (not part of the upstream PR); ``make upstream-ci UPSTREAM=<checkout>``, or
+``python -m copyfix.upstream.ci --docs-only`` to rewrite the block in UPSTREAM_CHECK.md.
 
-    python -m copyfix.upstream.ci <checkout> --mode cpu|cuda [--label L] [--pr NAME ...]
-        [--results PATH] [--machine TEXT] [--no-docs] [--test-copy quick|full|none]
-        [--file PATH ...] [--timeout S] [--log-dir DIR]
-    python -m copyfix.upstream.ci --docs-only   # rewrite the block in docs/UPSTREAM_CHECK.md
-
-What a PR labelled ``vendor/Kunlunxin`` gets upstream: ``tools/test-op.sh`` on the
-``kunlunxin`` runner with ``CHANGED_FILES`` = the PR's files.  Here, for each PR (default:
-every PR in ``copyfix.export.PRS``), on its own temporary copy of the checkout (src, tests,
-benchmark, tools and the top-level pytest/packaging files; the checkout itself is never
-written to) with that PR applied by ``export.apply_pr``:
-
-* the checkout's own ``tools/test-op.sh`` runs once per PR file (``CHANGED_FILES=<file>``),
-  cwd = the copy, with ``PYTHONPATH=<copy>/src:<repo>/harness[:inherited]`` (the copy's
-  flag_gems is the one imported), ``PYTEST_ADDOPTS="-p copyfix.upstream.plugin"``,
-  ``COPYFIX_EMULATION=<mode>`` and ``COPYFIX_UPSTREAM_FAULT=1`` (the device model,
-  ``emulation.xpu_device_model``, on for every pytest session), and ``PATH`` starting with
-  this interpreter's bin folder, then ``$UPSTREAM_CI_PATH_PREPEND``.  The script runs under
-  ``bash -x`` only so that every pytest command it runs is traced into the log: that is how
-  each pytest run's counts are matched to its command.  ``COLUMNS`` is widened so pytest's
-  short summary keeps whole failure reasons.  Nothing else differs from upstream's CI.
-* upstream's ``tests/test_copy.py`` runs as test-op.sh would run it (``pytest -s FILE`` and
-  ``pytest -s FILE --ref=cpu --quick``, without ``-x`` so the counts are complete) on that
-  copy and on a pristine copy (without any PR); each failure gets a reason class
-  (``upstream_check.REASON_PATTERNS``: ``xpu-fault`` is the missing strided kernel,
-  ``invalid device function``).
-
-Results: ``results/upstream_ci_<mode>.json`` (one section per base label, other bases kept)
-and a block between ``<!-- upstream-ci -->`` markers in ``docs/UPSTREAM_CHECK.md``.
-Bad input (no checkout, not a FlagGems checkout, no ``tools/test-op.sh``, an unknown
-pre-image, a base the emulation does not know, no ``coverage``) stops with one line and
+What a ``vendor/Kunlunxin`` PR gets upstream: ``tools/test-op.sh`` with ``CHANGED_FILES`` =
+the PR's files.  Here each PR (default: every one in ``copyfix.export.PRS``) is applied
+(``export.apply_stack``) to its own copy of the checkout, and the checkout's own
+test-op.sh runs once per PR file under ``bash -x`` (so each traced pytest command is
+matched to its counts), the copy's flag_gems first on PYTHONPATH, ``-p
+copyfix.upstream.plugin`` and the device model on (``COPYFIX_UPSTREAM_FAULT=1``).
+Upstream's ``tests/test_copy.py`` runs as test-op.sh would run it, without ``-x``, with
+and without the PR.  Results: ``results/upstream_ci_<mode>.json`` (one section per
+base) and a block of ``docs/UPSTREAM_CHECK.md``.  Bad input stops with one line and
 exit code 2 before anything is copied or run.
 """
 
@@ -40,7 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-# (the package's names: its modules' public functions, as one namespace)
+# (the package's names, as one namespace)
 from copyfix.upstream.ci.environment import (  # noqa: F401
     DEFAULT_TIMEOUT,
     REPO,
@@ -53,20 +33,13 @@ from copyfix.upstream.ci.environment import (  # noqa: F401
 )
 from copyfix.upstream.ci.markdown import render_block, write_docs  # noqa: F401
 from copyfix.upstream.ci.merging import write_results
-from copyfix.upstream.ci.parsing import (  # noqa: F401
-    parse_summary,
-    reason_class,
-    split_runs,
-    sum_runs,
-)
+from copyfix.upstream.ci.parsing import reason_class, split_runs, sum_runs  # noqa: F401
 from copyfix.upstream.ci.runs import (  # noqa: F401
     NOT_RUN,
     run_base,
     run_test_copy,
     test_copy_commands,
 )
-
-# ------------------------------------------------------------------------- main
 
 
 def parse_args(argv=None):
@@ -76,48 +49,37 @@ def parse_args(argv=None):
     p.add_argument("checkout", nargs="?", help="FlagGems checkout (src, tests, tools)")
     p.add_argument("--mode", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--label", help="base label (default v<__version__> or folder name)")
-    p.add_argument(
-        "--pr", nargs="+", help="PR names (default: every PR in copyfix.export.PRS)"
-    )
+    p.add_argument("--pr", nargs="+", help="PR names (default: every PR)")
     p.add_argument("--file", nargs="+", help="only these PR files (default: all)")
     p.add_argument(
         "--with",
         dest="with_prs",
         nargs="+",
-        help="apply these PRs too, under every PR run (e.g. launch-cache: PRs 1 and 2 "
-        "with PR 3 composed)",
+        help="apply these PRs too, under every PR run",
     )
-    p.add_argument(
-        "--results", help="results file (default results/upstream_ci_<mode>.json)"
-    )
+    p.add_argument("--results", help="default results/upstream_ci_<mode>.json")
     p.add_argument("--machine", help="machine description for the report")
-    p.add_argument(
-        "--no-docs", action="store_true", help="do not touch docs/UPSTREAM_CHECK.md"
-    )
+    p.add_argument("--no-docs", action="store_true", help="leave the docs as they are")
     p.add_argument(
         "--test-copy",
         choices=("quick", "full", "none"),
         default="full",
-        help=f"{TEST_COPY} with and without the PR: both of test-op.sh's commands (full), "
-        "the --ref=cpu --quick one (quick), or none",
+        help=f"{TEST_COPY} with and without the PR: test-op.sh's two commands, "
+        "the --ref=cpu --quick one, or none",
     )
     p.add_argument(
         "--timeout",
         type=float,
         default=DEFAULT_TIMEOUT,
-        help="seconds per test-op.sh invocation or pytest run (0: none); on expiry the "
-        "process group is killed and the record says so",
+        help="seconds per test-op.sh invocation or pytest run (0: none)",
     )
     p.add_argument(
         "--budget",
         type=float,
-        help="seconds for all runs of this base; each run gets what is left (and at "
-        "most --timeout), runs after that are recorded as not run",
+        help="seconds for all runs of this base (runs after that: not run)",
     )
     p.add_argument("--log-dir", help="copy every full log here")
-    p.add_argument(
-        "--docs-only", action="store_true", help="only rewrite the docs block"
-    )
+    p.add_argument("--docs-only", action="store_true", help="only rewrite the docs")
     return p.parse_args(argv)
 
 
@@ -128,9 +90,7 @@ def main(argv=None) -> int:
         return 0
     try:
         if not args.checkout:
-            raise InputError(
-                "no checkout given (python -m copyfix.upstream.ci <checkout>)"
-            )
+            raise InputError("no checkout given (copyfix.upstream.ci <checkout>)")
         v = validate(args)
     except InputError as e:
         print(f"upstream-ci: {e}", file=sys.stderr)

@@ -1,5 +1,5 @@
-"""The checkout, the tools and the environment the runs get: every check before anything
-is copied or run, and the copies themselves (harness)."""
+"""The checkout, the tools and the environment of upstream-ci's runs: every check before
+anything is copied or run, and the copies themselves (harness)."""
 
 from __future__ import annotations
 
@@ -11,26 +11,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-from copyfix.upstream import check as upstream_check
+from copyfix.upstream.common import (
+    PLUGIN,
+    REPO,
+    RESULTS,
+    check_checkout,
+    checkout_label,
+    pytest_env,
+)
 
-REPO = upstream_check.REPO
-RESULTS = upstream_check.RESULTS
-DOCS = upstream_check.DOCS
-PLUGIN = upstream_check.PLUGIN
 TEST_OP = "tools/test-op.sh"
 TEST_COPY = "tests/test_copy.py"
-BEGIN, END = upstream_check.CI_BLOCK_BEGIN, upstream_check.CI_BLOCK_END
 # what test-op.sh and pytest need from a checkout (everything else is left behind)
 COPY_DIRS = ("src", "tests", "benchmark", "tools")
-COPY_TOP_FILES = (
-    "pytest.ini",
-    "conftest.py",
-    "pyproject.toml",
-    "setup.py",
-    "setup.cfg",
-    "tox.ini",
-    ".coveragerc",
-)
+COPY_TOP_FILES = ("pytest.ini", "conftest.py", "pyproject.toml", "setup.py")
+COPY_TOP_FILES += ("setup.cfg", "tox.ini", ".coveragerc")
 COVERAGE_SPEC = "coverage==7.10.7"
 PATH_PREPEND_ENV = "UPSTREAM_CI_PATH_PREPEND"
 DEFAULT_TIMEOUT = 1800  # seconds per test-op.sh invocation / pytest run
@@ -57,7 +52,7 @@ def validate(args) -> dict:
     if not checkout.is_dir():
         raise InputError(f"not a directory: {checkout}")
     try:
-        checkout = upstream_check.check_checkout(checkout)
+        checkout = check_checkout(checkout)
     except SystemExit as e:
         raise InputError(str(e.code)) from None
     if not (checkout / TEST_OP).is_file():
@@ -91,20 +86,14 @@ def validate(args) -> dict:
         stray = [f for f in args.file if f not in chosen]
         if stray:
             raise InputError(f"--file {stray[0]} is not a file of PR {', '.join(prs)}")
-    if args.mode in ("cpu", "cuda"):
-        base = emulation.flag_gems_base(checkout / "src" / "flag_gems")
-        if base is None:
-            raise InputError(
-                f"copyfix.emulation does not know the FlagGems base in {checkout} "
-                f"(it knows {', '.join(emulation.FLAGGEMS_BASES)}, by file hashes)"
-            )
+    if emulation.flag_gems_base(checkout / "src" / "flag_gems") is None:
+        raise InputError(
+            f"copyfix.emulation does not know the FlagGems base in {checkout} "
+            f"(it knows {', '.join(emulation.FLAGGEMS_BASES)}, by file hashes)"
+        )
     if args.test_copy != "none" and not (checkout / TEST_COPY).is_file():
         raise InputError(f"{checkout} has no {TEST_COPY} (pass --test-copy none)")
-    results = (
-        Path(args.results)
-        if args.results
-        else RESULTS / f"upstream_ci_{args.mode}.json"
-    )
+    results = Path(args.results or RESULTS / f"upstream_ci_{args.mode}.json")
     if results.is_dir():
         raise InputError(f"--results {results} is a directory")
     if results.is_file():
@@ -117,18 +106,15 @@ def validate(args) -> dict:
     for tool in ("coverage", "pytest"):
         found = shutil.which(tool, path=path)
         if found is None and importlib.util.find_spec(tool) is None:
-            hint = (
-                f"pip install {COVERAGE_SPEC}"
-                if tool == "coverage"
-                else "pip install pytest"
-            )
+            spec = COVERAGE_SPEC if tool == "coverage" else tool
             raise InputError(
-                f"{tool} is neither on PATH nor importable (test-op.sh runs `{tool}`): {hint}"
+                f"{tool} is neither on PATH nor importable (test-op.sh runs `{tool}`): "
+                f"pip install {spec}"
             )
         tools[tool] = found
     return {
         "checkout": checkout,
-        "label": args.label or upstream_check.checkout_label(checkout),
+        "label": args.label or checkout_label(checkout),
         "prs": prs,
         "results": results,
         "tools": tools,
@@ -143,8 +129,7 @@ def run_path() -> str:
 
 
 def make_shims(folder: Path, tools: dict) -> dict:
-    """``coverage``/``pytest`` scripts running this interpreter's module, for a tool that
-    is importable here but has no script on PATH (e.g. installed with ``--target``)."""
+    """Scripts running this interpreter's module, for each tool with no script on PATH."""
     made = {}
     for tool, found in tools.items():
         if found is None:
@@ -157,33 +142,15 @@ def make_shims(folder: Path, tools: dict) -> dict:
 
 
 def run_env(tree: Path, mode: str, out: Path | None, shims: Path | None) -> dict:
-    env = dict(os.environ)
-    inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(tree / "src"), str(REPO / "harness"), *inherited]
-    )
     path = run_path()
-    env["PATH"] = f"{shims}{os.pathsep}{path}" if shims else path
-    for name in (
-        "TRITON_INTERPRET",  # the plugin's activation decides
-        "COPYFIX_UPSTREAM_SELECT",
-        "COPYFIX_UPSTREAM_PER_TEST",
-        "COPYFIX_UPSTREAM_OUT",
-        "PYTEST_ADDOPTS",
-        "CHANGED_FILES",
-    ):
-        env.pop(name, None)
-    env.update(
+    return pytest_env(
+        tree / "src",
+        mode,
+        out=out,
+        PATH=f"{shims}{os.pathsep}{path}" if shims else path,
         PYTEST_ADDOPTS=f"-p {PLUGIN}",
-        COPYFIX_EMULATION=mode,
-        COPYFIX_UPSTREAM_FAULT="1",
         COLUMNS="400",
     )
-    if mode == "cpu":  # the per-process address-space cap of upstream-check's cpu mode
-        env["COPYFIX_UPSTREAM_MEM_GB"] = str(upstream_check.MEM_GB_PER_PROCESS)
-    if out is not None:
-        env["COPYFIX_UPSTREAM_OUT"] = str(out)
-    return env
 
 
 def _git(*args: str) -> subprocess.CompletedProcess | None:

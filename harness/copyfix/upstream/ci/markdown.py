@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from copyfix.upstream.ci.environment import BEGIN, DOCS, END, RESULTS
+from copyfix.upstream.check import CI_BLOCK_BEGIN as BEGIN
+from copyfix.upstream.check import CI_BLOCK_END as END
+from copyfix.upstream.common import DOCS, RESULTS
 
 
 def _cell(text: str) -> str:
@@ -39,13 +41,8 @@ def _rc(rc) -> str:
     return "not run" if rc is None else str(rc)
 
 
-def _pr_cell(record: dict) -> str:
-    """The PR's name, and the run a record was carried from (keep_other_prs)."""
-    return _run_suffix(record["pr"], record)
-
-
 def _run_suffix(name: str, record: dict) -> str:
-    """``name``, and the run ``record`` was carried from, if it was."""
+    """``name``, and the run ``record`` was carried from (merging), if it was."""
     run = record.get("run")
     if not run:
         return name
@@ -71,7 +68,7 @@ def _block_section(label: str, sec: dict) -> list[str]:
     ]
     for inv in sec["invocations"]:
         runs = inv["pytest_runs"]
-        inv = dict(inv, pr=_pr_cell(inv))
+        inv = dict(inv, pr=_run_suffix(inv["pr"], inv))
         if not runs:
             what = (
                 inv.get("note")
@@ -108,7 +105,7 @@ def _block_section(label: str, sec: dict) -> list[str]:
             lines.append(f"| | | {inv['note']} | | | | | |")
     tc = sec.get("test_copy") or {}
     rows = [(_run_suffix("without PR", r), r) for r in tc.get("without_pr", [])] + [
-        (f"with {_pr_cell(r)}", r) for r in tc.get("with_pr", [])
+        (f"with {_run_suffix(r['pr'], r)}", r) for r in tc.get("with_pr", [])
     ]
     if rows:
         lines += [

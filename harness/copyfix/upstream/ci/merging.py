@@ -8,22 +8,23 @@ from pathlib import Path
 from copyfix import records
 
 
-def keep_other_prs(old: dict | None, new: dict) -> dict:
-    """A run of some PRs (``--pr``) keeps the base's records of the other PRs.
+def _stamped(recs: list[dict], old: dict, keep=lambda r: True) -> list[dict]:
+    """``recs`` (those ``keep`` takes) stamped with the run of ``old`` unless they are."""
+    stamp = {"date": old["date"], "op_commit": old.get("op_commit")}
+    return [dict(r, run=r.get("run", stamp)) for r in recs if keep(r)]
 
-    Those records keep what their own run was: each carried invocation and
-    ``tests/test_copy.py`` run gets ``run`` (its date and op commit) unless it has one.
-    The new run's records, and its run without any PR, replace the old ones.
-    """
+
+def keep_other_prs(old: dict | None, new: dict) -> dict:
+    """A run of some PRs (``--pr``) keeps the base's records of the other PRs, each
+    stamped with its own run (``run``: date, op commit) unless it has one."""
     if not old:
         return new
     kept = [pr for pr in old.get("prs", {}) if pr not in new.get("prs", {})]
     if not kept:
         return new
-    stamp = {"date": old["date"], "op_commit": old.get("op_commit")}
 
-    def carried(records):
-        return [dict(r, run=r.get("run", stamp)) for r in records if r["pr"] in kept]
+    def carried(recs):
+        return _stamped(recs, old, lambda r: r["pr"] in kept)
 
     kept_files = {f for pr in kept for f in old["prs"][pr]}
     merged = dict(new)
@@ -44,8 +45,7 @@ def keep_other_prs(old: dict | None, new: dict) -> dict:
 
 
 def _unreached(record: dict) -> bool:
-    """Whether a run's budget left ``record`` without a result: not run at all, or
-    killed (``--timeout`` / ``--budget``) before any test finished."""
+    """Not run at all, or killed before any test finished."""
     if record.get("rc") is None:
         return True
     done = record.get("passed") or record.get("failed") or record.get("errors")
@@ -54,12 +54,9 @@ def _unreached(record: dict) -> bool:
 
 def carry_unreached(old: dict | None, new: dict) -> dict:
     """``new`` with each record its run did not reach replaced by ``old``'s record of
-    the same invocation (same PR and file; for tests/test_copy.py, same PR and
-    command), stamped with the run it comes from (``run``, as keep_other_prs does)
-    and saying what replaced it. Records ``old`` lacks stay as the new run left them."""
+    the same run (PR and file, or PR and command), stamped with its run and why."""
     if not old:
         return new
-    stamp = {"date": old["date"], "op_commit": old.get("op_commit")}
 
     def carry(records, previous, key):
         earlier = {key(r): r for r in previous}
@@ -68,7 +65,7 @@ def carry_unreached(old: dict | None, new: dict) -> dict:
             e = earlier.get(key(r))
             if _unreached(r) and e is not None and not _unreached(e):
                 why = r.get("note") or f"rc {r.get('rc')}"
-                e = dict(e, run=e.get("run", stamp))
+                (e,) = _stamped([e], old)
                 e["carried_because"] = f"the {new['date']} run did not reach it ({why})"
                 r = e
             out.append(r)
@@ -83,15 +80,10 @@ def carry_unreached(old: dict | None, new: dict) -> dict:
     old_tc, new_tc = old.get("test_copy") or {}, new.get("test_copy") or {}
     if new_tc.get("which") == "none" and old_tc:  # (--test-copy none: none of it ran)
         prs = set(new.get("prs", {}))
-
-        def stamped(records):
-            return [dict(r, run=r.get("run", stamp)) for r in records]
-
-        with_pr = [r for r in old_tc.get("with_pr", []) if r["pr"] in prs]
         merged["test_copy"] = dict(
             old_tc,
-            with_pr=stamped(with_pr),
-            without_pr=stamped(old_tc.get("without_pr", [])),
+            with_pr=_stamped(old_tc.get("with_pr", []), old, lambda r: r["pr"] in prs),
+            without_pr=_stamped(old_tc.get("without_pr", []), old),
         )
     elif new_tc:
         merged["test_copy"] = dict(new_tc)
@@ -105,8 +97,7 @@ def carry_unreached(old: dict | None, new: dict) -> dict:
 
 
 def write_results(path: Path, label: str, section: dict) -> dict:
-    """Merge one base's section into ``path`` (other bases kept; records this run's
-    budget did not reach keep their earlier result); atomic (temp + rename)."""
+    """Merge one base's section into ``path`` (other bases and unreached records kept)."""
 
     def merge(data):
         bases = dict(data.get("bases", {}))

@@ -6,23 +6,21 @@ from __future__ import annotations
 import re
 
 from copyfix.records import parse_summary
-from copyfix.upstream import check as upstream_check
+from copyfix.upstream import common
 
 TAIL = 1500
 
 _FAILURE = re.compile(r"^(FAILED|ERROR) (\S+)(?: - (.*))?$")
-# Reason classes of this tool, tried before upstream_check.REASON_PATTERNS: upstream's
-# benchmark/base.py times with the device's timers, which Triton's interpreter lacks.
+# Tried before common.REASON_PATTERNS: upstream's benchmark/base.py times with the
+# device's timers, which Triton's interpreter lacks.
 CI_REASON_PATTERNS = (
     ("emulation-limit", r"'InterpreterDriver' object has no attribute"),
+    *common.REASON_PATTERNS,
 )
 
 
 def reason_class(text: str | None) -> str:
-    for name, pattern in CI_REASON_PATTERNS:
-        if text and re.search(pattern, text):
-            return name
-    return upstream_check.reason_class(text)
+    return common.reason_class(text, CI_REASON_PATTERNS)
 
 
 def parse_failures(text: str) -> list[dict]:
@@ -32,14 +30,11 @@ def parse_failures(text: str) -> list[dict]:
         m = _FAILURE.match(line.rstrip())
         if m:
             reason = (m.group(3) or "").strip()
+            outcome = "failed" if m.group(1) == "FAILED" else "error"
             out.append(
-                {
-                    "nodeid": m.group(2),
-                    "outcome": "failed" if m.group(1) == "FAILED" else "error",
-                    "reason": reason[:300],
-                    "reason_class": reason_class(reason),
-                }
+                {"nodeid": m.group(2), "outcome": outcome, "reason": reason[:300]}
             )
+            out[-1]["reason_class"] = reason_class(reason)
     return out
 
 
@@ -50,11 +45,8 @@ _TRACED = re.compile(
 
 
 def split_runs(log: str) -> list[dict]:
-    """The pytest runs of one traced test-op.sh log: command, counts, failures, each.
-
-    A run is the text from its traced command to the next traced pytest command (or the
-    end).  Other trace lines are not part of any run's text.
-    """
+    """The pytest runs of one traced test-op.sh log: the text from each traced pytest
+    command to the next (other trace lines left out), its counts and failures."""
     runs: list[dict] = []
     current: list[str] | None = None
     command = None
@@ -77,9 +69,8 @@ def split_runs(log: str) -> list[dict]:
 
 def _run_record(command: str, text: str) -> dict:
     summary = parse_summary(text)
-    counts = {k: (summary or {}).get(k, 0) for k in ("passed", "failed", "skipped")}
-    counts["errors"] = (summary or {}).get("errors", 0)
-    rec = {"command": command, **counts}
+    counts = ("passed", "failed", "skipped", "errors")
+    rec = {"command": command, **{k: (summary or {}).get(k, 0) for k in counts}}
     rec["summary"] = summary["line"] if summary else None
     rec["pytest_seconds"] = summary["seconds"] if summary else None
     if summary is None:
@@ -94,10 +85,8 @@ _REGISTRATION = re.compile(r"Skipped registering operator: (.*)$", re.M)
 
 
 def registration_errors(text: str) -> list[str]:
-    """FlagGems' swallowed registration errors (``Skipped registering operator: ...``),
-    each once.  One naming ``copy_`` means FlagGems' copy_ never ran in that session:
-    e.g. on torch 2.11 a second Python kernel for aten::copy_ on the same key is refused
-    while the device model's is registered."""
+    """FlagGems' swallowed registration errors, each once (one naming ``copy_``: its
+    copy_ never ran in that session)."""
     return sorted({m.strip()[:300] for m in _REGISTRATION.findall(text)})
 
 

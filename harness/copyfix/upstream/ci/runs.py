@@ -9,16 +9,15 @@ import platform
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from copyfix import records
 from copyfix.budget import Budget
-from copyfix.upstream import check as upstream_check
 from copyfix.upstream.ci.environment import (
     PATH_PREPEND_ENV,
     PLUGIN,
@@ -39,87 +38,51 @@ from copyfix.upstream.ci.parsing import (
     split_runs,
     sum_runs,
 )
+from copyfix.upstream.common import call, first_line, op_identity, read_out
 
 NOT_RUN = "not run: the --budget for this base was spent"
+ZERO = dict.fromkeys(("passed", "failed", "skipped", "errors", "seconds"), 0)
 
 
-def _call(cmd: list[str], cwd: Path, env: dict, log: Path, timeout: float) -> tuple:
-    """Run ``cmd`` (its own process group), output to ``log``; (rc, seconds, timed_out)."""
-    started = time.monotonic()
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=cwd,
-            env=env,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            rc = proc.wait(timeout=timeout or None)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            rc, timed_out = 124, True
-    return rc, round(time.monotonic() - started, 1), timed_out
-
-
-def _meta(out: Path, tree: Path) -> dict:
-    """What the plugin recorded about the flag_gems that was imported (last session)."""
-    if not out.is_file():
-        return {}
-    meta = json.loads(out.read_text())["meta"]
-    for key in ("flag_gems", "copy_module"):
-        p = Path(meta.get(key) or "")
-        if p.is_absolute() and p.is_relative_to(tree):
-            meta[key] = f"<copy>/{p.relative_to(tree)}"
-    return meta
+def _run(cmd, tree, env, budget, log, keep, say: str) -> tuple | None:
+    """``cmd`` in ``tree`` for what the budget leaves: (rc, seconds, timed_out, log
+    text, note), the log copied to ``keep``; None when the budget is spent."""
+    timeout = budget.limit()
+    if timeout == 0:
+        return None
+    print(f"[upstream-ci] {say}", flush=True)
+    rc, seconds, timed_out = call(cmd, tree, env, log, timeout)
+    if keep:
+        shutil.copy(log, keep)
+    note = f"killed after {timeout:.0f} s (--timeout / --budget)" if timed_out else None
+    return rc, seconds, timed_out, log.read_text(errors="replace"), note
 
 
 def run_test_op(tree, pr, rel, *, mode, sha, shims, budget, work, log_dir, n) -> dict:
     out = work / f"invocation-{n}.json"
-    env = run_env(tree, mode, out, shims)
-    env.update(CHANGED_FILES=rel, GITHUB_SHA=sha)
+    env = dict(run_env(tree, mode, out, shims), CHANGED_FILES=rel, GITHUB_SHA=sha)
     cmd = ["bash", "-x", TEST_OP, pr]
-    command = f"CHANGED_FILES={rel} GITHUB_SHA={sha} {shlex.join(cmd)}"
-    timeout = budget.limit()
-    if timeout == 0:
-        return {
-            "pr": pr,
-            "file": rel,
-            "command": command,
-            "rc": None,
-            **dict.fromkeys(("passed", "failed", "skipped", "errors", "seconds"), 0),
-            "pytest_runs": [],
-            "note": NOT_RUN,
-        }
-    log = work / f"invocation-{n}.log"
-    print(f"[upstream-ci] {pr}: CHANGED_FILES={rel} bash -x {TEST_OP} {pr}", flush=True)
-    rc, seconds, timed_out = _call(cmd, tree, env, log, timeout)
-    text = log.read_text(errors="replace")
-    if log_dir:
-        shutil.copy(log, Path(log_dir) / f"test-op-{pr}-{n}.log")
+    rec = {"pr": pr, "file": rel, "command": f"CHANGED_FILES={rel} GITHUB_SHA={sha} "}
+    rec["command"] += shlex.join(cmd)
+    keep = log_dir and Path(log_dir) / f"test-op-{pr}-{n}.log"
+    say = f"{pr}: CHANGED_FILES={rel} bash -x {TEST_OP} {pr}"
+    done = _run(cmd, tree, env, budget, work / f"invocation-{n}.log", keep, say)
+    if done is None:
+        return {**rec, "rc": None, **ZERO, "pytest_runs": [], "note": NOT_RUN}
+    rc, seconds, timed_out, text, killed = done
     runs = split_runs(text)
-    rec = {
-        "pr": pr,
-        "file": rel,
-        "command": command,
-        "rc": rc,
-        **sum_runs(runs),
-        "seconds": seconds,
-        "timed_out": timed_out,
-        "pytest_runs": runs,
-    }
+    rec.update(rc=rc, **sum_runs(runs), seconds=seconds, timed_out=timed_out)
+    rec["pytest_runs"] = runs
     if not runs:
         rec["note"] = (
             "test-op.sh ran no pytest for this file: it runs only changed test (and, on "
             "main, benchmark) files"
         )
-    if timed_out:
-        rec["note"] = f"killed after {timeout:.0f} s (--timeout / --budget)"
-    meta = _meta(out, tree)
-    if meta:  # the plugin's record of the last pytest session: what was imported
+    if killed:
+        rec["note"] = killed
+    data = read_out(out, tree)
+    if data:  # the plugin's record of the last pytest session: what was imported
+        meta = data["meta"]
         rec["imported"] = {k: meta.get(k) for k in ("flag_gems", "copy_module")}
         rec["versions"] = meta.get("versions")
     rec["log_tail"] = _clean_tail(text)
@@ -133,63 +96,41 @@ def run_test_op(tree, pr, rel, *, mode, sha, shims, budget, work, log_dir, n) ->
 
 def test_copy_commands(which: str) -> list[list[str]]:
     quick = ["pytest", "-s", TEST_COPY, "--ref=cpu", "--quick"]
-    if which == "quick":
-        return [quick]
-    if which == "full":
-        return [["pytest", "-s", TEST_COPY], quick]
-    return []
+    return {"quick": [quick], "full": [["pytest", "-s", TEST_COPY], quick]}.get(
+        which, []
+    )
 
 
 def run_test_copy(tree, cmd, *, pr, mode, shims, budget, work, log_dir, n) -> dict:
-    timeout = budget.limit()
-    if timeout == 0:
-        return {
-            "pr": pr,
-            "command": shlex.join(cmd),
-            "rc": None,
-            **dict.fromkeys(("passed", "failed", "skipped", "errors", "seconds"), 0),
-            "failures": [],
-            "failure_classes": {},
-            "note": NOT_RUN,
-        }
     out = work / f"test-copy-{n}.json"
+    keep = log_dir and Path(log_dir) / f"test-copy-{pr or 'without'}-{n}.log"
     env = run_env(tree, mode, out, shims)
-    log = work / f"test-copy-{n}.log"
-    print(
-        f"[upstream-ci] test_copy ({pr or 'without PR'}): {shlex.join(cmd)}", flush=True
-    )
-    rc, seconds, timed_out = _call(cmd, tree, env, log, timeout)
-    text = log.read_text(errors="replace")
-    if log_dir:
-        shutil.copy(log, Path(log_dir) / f"test-copy-{pr or 'without'}-{n}.log")
+    say = f"test_copy ({pr or 'without PR'}): {shlex.join(cmd)}"
+    done = _run(cmd, tree, env, budget, work / f"test-copy-{n}.log", keep, say)
+    if done is None:
+        rec = {"pr": pr, "command": shlex.join(cmd), "rc": None, **ZERO}
+        return {**rec, "failures": [], "failure_classes": {}, "note": NOT_RUN}
+    rc, seconds, timed_out, text, killed = done
     rec = {"pr": pr, **_run_record(shlex.join(cmd), text), "rc": rc}
     rec.update(seconds=seconds, timed_out=timed_out)
-    if timed_out:
-        rec["note"] = f"killed after {timeout:.0f} s (--timeout / --budget)"
-    if out.is_file():  # the plugin's records: whole failure reasons, the copy calls
-        data = json.loads(out.read_text())
-        bad = {
-            nodeid: r
-            for nodeid, r in sorted(data["records"].items())
-            if r["outcome"] in ("failed", "error")
-        }
+    if killed:
+        rec["note"] = killed
+    data = read_out(out, tree)
+    if data:  # the plugin's records: whole failure reasons, the copy calls
         rec["failures"] = [
             {
                 "nodeid": nodeid,
                 "outcome": r["outcome"],
-                "reason": (
-                    (r.get("reason") or "").splitlines()[0][:300]
-                    if r.get("reason")
-                    else ""
-                ),
+                "reason": first_line(r.get("reason")),
                 "reason_class": reason_class(r.get("reason")),
             }
-            for nodeid, r in bad.items()
+            for nodeid, r in sorted(data["records"].items())
+            if r["outcome"] in ("failed", "error")
         ]
         rec["copy_calls"] = sum(
             r.get("copy_calls", 0) for r in data["records"].values()
         )
-        rec["meta"] = _meta(out, tree)
+        rec["meta"] = data["meta"]
     rec["failure_classes"] = _classes(rec["failures"])
     rec["registration_errors"] = registration_errors(text)
     rec["log_tail"] = _clean_tail(text)
@@ -202,10 +143,7 @@ def run_test_copy(tree, cmd, *, pr, mode, shims, budget, work, log_dir, n) -> di
 
 
 def _classes(failures: list[dict]) -> dict:
-    out: dict[str, int] = {}
-    for f in failures:
-        out[f["reason_class"]] = out.get(f["reason_class"], 0) + 1
-    return dict(sorted(out.items()))
+    return dict(sorted(Counter(f["reason_class"] for f in failures).items()))
 
 
 def _pr_files(names) -> dict:
@@ -247,6 +185,13 @@ def run_base(v: dict, args) -> dict:
     work = Path(tempfile.mkdtemp(prefix="copyfix-upstream-ci-"))
     invocations, with_pr, without_pr = [], [], []
     n = 0
+
+    def test_copy(tree, pr, into):
+        nonlocal n
+        for cmd in test_copy_commands(args.test_copy):
+            n += 1
+            into.append(run_test_copy(tree, cmd, pr=pr, n=n, **common))
+
     try:
         shims = work / "shims"
         made = make_shims(shims, v["tools"])
@@ -258,6 +203,7 @@ def run_base(v: dict, args) -> dict:
         }
         budget = Budget(args.budget, timeout=args.timeout)
         common = dict(mode=args.mode, shims=shims, budget=budget, work=work)
+        common["log_dir"] = args.log_dir
         for name, files in prs.items():
             tree = copy_checkout(checkout, work / f"pr-{name}")
             applied = export.apply_stack(tree, name)
@@ -269,27 +215,10 @@ def run_base(v: dict, args) -> dict:
             )
             for rel in files:
                 n += 1
-                invocations.append(
-                    run_test_op(
-                        tree, name, rel, sha=sha, log_dir=args.log_dir, n=n, **common
-                    )
-                )
-            for cmd in test_copy_commands(args.test_copy):
-                n += 1
-                with_pr.append(
-                    run_test_copy(
-                        tree, cmd, pr=name, log_dir=args.log_dir, n=n, **common
-                    )
-                )
+                invocations.append(run_test_op(tree, name, rel, sha=sha, n=n, **common))
+            test_copy(tree, name, with_pr)
         if args.test_copy != "none":
-            tree = copy_checkout(checkout, work / "pristine")
-            for cmd in test_copy_commands(args.test_copy):
-                n += 1
-                without_pr.append(
-                    run_test_copy(
-                        tree, cmd, pr=None, log_dir=args.log_dir, n=n, **common
-                    )
-                )
+            test_copy(copy_checkout(checkout, work / "pristine"), None, without_pr)
         for rec in with_pr + without_pr + invocations:
             found = rec.get("meta", {}).get("versions") or rec.get("versions")
             if found:
@@ -299,13 +228,13 @@ def run_base(v: dict, args) -> dict:
             versions.update(_probe_versions(work, args.mode, shims))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    section = {
+    return {
         "base": v["label"],
         "checkout": str(checkout),
         **records.stamp(mode=args.mode, machine=args.machine),
-        **upstream_check._op_identity(),
+        **op_identity(),
         "versions": versions,
-        "prs": {name: files for name, files in prs.items()},
+        "prs": dict(prs),
         "composed_with": list(getattr(args, "with_prs", None) or []),
         "pr_files": _pr_files(prs),
         "test_op_sha256": records.sha256(checkout / TEST_OP),
@@ -326,14 +255,12 @@ def run_base(v: dict, args) -> dict:
         },
         "wall_s": round(time.monotonic() - started, 1),
     }
-    return section
 
 
 def _probe_versions(work: Path, mode: str, shims) -> dict:
-    """copyfix.emulation's versions from a child in the runs' environment (no test_copy run)."""
-    tree = (
-        work / "pristine" if (work / "pristine").is_dir() else next(work.glob("pr-*"))
-    )
+    """copyfix.emulation's versions from a child in the runs' environment."""
+    tree = work / "pristine"
+    tree = tree if tree.is_dir() else next(work.glob("pr-*"))
     env = run_env(tree, mode, None, shims)
     code = (
         "import json; from copyfix import emulation; emulation.activate(); "
