@@ -36,9 +36,8 @@ def _cap_memory() -> None:
     # cuda mode: the CUDA driver reserves far more address space than it uses.
     import resource
 
-    gb = float(os.environ.get("COPYFIX_UPSTREAM_MEM_GB") or 0)
-    if gb > 0:
-        limit = int(gb * 2**30)
+    limit = int(float(os.environ.get("COPYFIX_UPSTREAM_MEM_GB") or 0) * 2**30)
+    if limit > 0:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
@@ -71,9 +70,7 @@ def _spy() -> int:
     spies = {key: _counting(fn) for key, fn in targets.items()}
     rebound = 0
     for name, mod in list(sys.modules.items()):
-        if mod is None or not (
-            name.startswith(("flag_gems", "_kunlunxin")) or name == "flag_gems"
-        ):
+        if mod is None or not name.startswith(("flag_gems", "_kunlunxin")):
             continue
         for attr, value in list(vars(mod).items()):
             if id(value) in spies and value is targets[id(value)]:
@@ -100,20 +97,15 @@ def _spy() -> int:
 
 def pytest_configure(config):
     global _fault
-    if hasattr(config, "workerinput") or not _is_xdist_controller(config):
-        n = _spy()
-        if n == 0:
+    # (not on an xdist controller: its workers run the tests)
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", 0):
+        if _spy() == 0:
             raise pytest.UsageError(
                 "copyfix.upstream.plugin: found no reference to the kunlunxin copy/copy_ to spy on"
             )
         if os.environ.get("COPYFIX_UPSTREAM_FAULT") == "1":
             _fault = emulation.xpu_device_model()
             _fault.__enter__()
-
-
-def _is_xdist_controller(config) -> bool:
-    numprocesses = getattr(config.option, "numprocesses", None)
-    return bool(numprocesses) and not hasattr(config, "workerinput")
 
 
 def pytest_unconfigure(config):
