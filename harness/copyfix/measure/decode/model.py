@@ -67,37 +67,18 @@ CPU_EXCLUDED: dict[str, str] = {}
 # FlagGems' own NVIDIA backend on flag-gems 5.0.2 (stock and this composition alike):
 # on Hopper with Triton >= 3.4 it registers `_nvidia/hopper/ops/mul.py`'s `mul`, which
 # runs any two tensors of the same rank through a flat 1-D kernel over the first one's
-# numel, ignoring broadcasting and strides.  An RMSNorm's (B, 1, H) x (B, 1, 1) fp32
-# `mul` then reads past its (B, 1, 1) operand (compute-sanitizer memcheck: a 16-byte
-# read 1 byte past a 128-byte allocation, mul_kernel, mul.py:42) and returns wrong
-# values (511 of 512 elements of (2, 1, 256) x (2, 1, 1)); the decode faults when the
-# read leaves the pool.  Not #2307 (block pointers off faults the same), not a PR
-# file.  Upstream moved a broadcast-aware mul to the general path in #4666 (v5.3.1), so
-# main has no such file.  NVIDIA_SETTING: the one named setting the decode runs under,
-# every op on: that `mul` registered as FlagGems' generic one (``flag_gems.ops.mul``,
-# pointwise_dynamic), wherever the Hopper one is what use_gems would register.
-NVIDIA_EXCLUDED: dict[str, str] = {}
-NVIDIA_SETTING = (
-    "mul.Tensor registered as flag_gems.ops.mul.mul (generic pointwise_dynamic) in place "
-    "of flag-gems 5.0.2's _nvidia/hopper/ops/mul.py mul, which ignores broadcasting for "
-    "same-rank operands (fixed upstream by #4666, v5.3.1)"
-)
-
-
-def generic_mul_for_hopper_mul() -> str | None:
-    """Apply :data:`NVIDIA_SETTING` where it applies (the registered ``mul.Tensor`` is
-    the Hopper backend's): the setting's text, else None."""
-    import flag_gems
-
-    config = list(flag_gems._FULL_CONFIG)
-    for i, (key, fn, *rest) in enumerate(config):
-        if key == "mul.Tensor" and fn.__module__.endswith("_nvidia.hopper.ops.mul"):
-            from flag_gems.ops.mul import mul
-
-            config[i] = (key, mul, *rest)
-            flag_gems._FULL_CONFIG = tuple(config)
-            return NVIDIA_SETTING
-    return None
+# numel, ignoring broadcasting and strides: an RMSNorm's (B, 1, H) x (B, 1, 1) fp32 `mul`
+# reads past its (B, 1, 1) operand (memcheck: mul_kernel, mul.py:42) and returns wrong
+# values; the decode faults where the read leaves the pool.  Not a PR file; upstream's
+# #4666 (v5.3.1) replaced that mul.  With `mul` left to aten the decode runs to the end
+# (H200, 2026-12-05).  Registering FlagGems' generic `mul` in its place still faulted (the
+# generic one loads the broadcast operand through block pointers with zero strides:
+# #2307, not yet run with block pointers off), so `mul` stays left out, named.
+NVIDIA_EXCLUDED = {
+    "mul": "flag-gems 5.0.2's Hopper mul (_nvidia/hopper/ops/mul.py) ignores broadcasting "
+    "for same-rank operands: an RMSNorm's (B,1,H) x (B,1,1) reads out of bounds (fixed "
+    "upstream by #4666)",
+}
 
 
 # ------------------------------------------------------------------ the model

@@ -68,8 +68,6 @@ def report_lines(path: Path = RESULT) -> list[str]:
         f"- left out of `use_gems` on this backend: `{op}`: {why}."
         for op, why in excluded.items()
     ]
-    settings = {run.get("setting") for run in data["runs"].values()} - {None}
-    lines += [f"- every op on, under one named setting: {s}." for s in sorted(settings)]
     lines += [f"- {data[k]}" for k in ("base_rows_note",) if k in data]
     kx = data.get("kunlunxin_emulated")
     if kx and "error" in kx:

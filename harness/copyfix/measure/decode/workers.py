@@ -25,7 +25,6 @@ from .model import (
     NVIDIA_EXCLUDED,
     VARIANTS,
     Gems,
-    generic_mul_for_hopper_mul,
     measure_config,
     whole_model_config,
     with_hit_rate,
@@ -76,7 +75,6 @@ def worker(variant: str, names: list[str], rounds: int, out: Path) -> None:
     import flag_gems  # noqa: F401
 
     info = run_info(torch, mode)
-    info["setting"] = generic_mul_for_hopper_mul() if mode == "nvidia" else None
     if info["composed"] == (variant == "base"):
         raise SystemExit(
             f"{variant}: imported {info['flag_gems_dir']}, composed={info['composed']}"
