@@ -171,7 +171,10 @@ def test_recorded_starts_begin_with_the_record_and_agree_with_its_summary():
     st = data["starts"]
     assert st["each"][0] == start_entry(data)
     assert starts_summary(st["each"]) == st
-    assert "nvidia" in st["median"] and set(st["median"]) <= {*KUNLUNXIN_BACKENDS, "nvidia"}
+    assert "nvidia" in st["median"] and set(st["median"]) <= {
+        *KUNLUNXIN_BACKENDS,
+        "nvidia",
+    }
     assert (
         st["each"][0]["nvidia"] == data["summary"]["nvidia"]["median_after_over_eager"]
     )
