@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.copyfix-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv demo test test-head test-checkout-base test-triton lint bench decode pr patch upstream-check upstream-discover upstream-ci upstream-later mutate clean
+.PHONY: venv demo test test-head test-checkout-base test-triton lint bench decode pr patch upstream-check upstream-discover upstream-ci upstream-later clean
 
 venv: $(STAMP)
 
@@ -96,14 +96,6 @@ upstream-later: venv
 upstream-discover: venv
 	@test -n "$(UPSTREAM)" || { echo "usage: make upstream-discover UPSTREAM=<FlagGems checkout> [JOBS=2] [UPSTREAM_ARGS=...]"; exit 2; }
 	$(PY) -m copyfix.upstream.check discover "$(UPSTREAM)" -n $(JOBS) $(UPSTREAM_ARGS)
-
-# Mutation testing of the PR op file (not part of .ci/run): results/mutation_<mode>.json
-# and docs/MUTATION.md. JOBS parallel workers, each on its own copy of the op file.
-MUTATE_MODE ?= cpu
-COSMIC_RAY_SPEC ?= cosmic-ray==8.7.0
-mutate: venv
-	$(PY) -m pip show -q cosmic-ray >/dev/null 2>&1 || $(PY) -m pip install -q "$(COSMIC_RAY_SPEC)"
-	$(PY) -m copyfix.mutation run --mode $(MUTATE_MODE) --jobs $(JOBS) $(MUTATE_ARGS)
 
 clean:
 	rm -rf build .pytest_cache .hypothesis
