@@ -88,20 +88,17 @@ def find_base() -> tuple[Path, str]:
         raise RuntimeError(
             f"FLAGGEMS_BASE={env}: no flag_gems package found (looked for src/flag_gems, flag_gems)"
         )
-    spec = importlib.util.find_spec(
-        "flag_gems"
-    )  # locates without importing (no device needed)
+    # locates without importing (no device needed)
+    spec = importlib.util.find_spec("flag_gems")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("flag-gems base not installed in the build environment")
     base = Path(list(spec.submodule_search_locations)[0]).resolve()
     version = "unknown"
     for dist in base.parent.glob("flag_gems-*.dist-info"):
         version = dist.name[len("flag_gems-") : -len(".dist-info")]
-    where = (
-        "pip's isolated build environment"
-        if "pip-build-env" in str(base)
-        else str(base)
-    )
+    where = str(base)
+    if "pip-build-env" in where:
+        where = "pip's isolated build environment"
     return base, f"PyPI flag-gems=={version} (from {where})"
 
 

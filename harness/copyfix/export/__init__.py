@@ -1,7 +1,6 @@
 """Export the PR files: `copy.patch`, and one commit on a new branch of a FlagGems checkout.
 
     python -m copyfix.export patch            # regenerate the installed base's patch (pre-image -> ours)
-    python -m copyfix.export check-patch      # exit 1 if that patch is stale
     python -m copyfix.export pr <checkout>    # what `make pr UPSTREAM=...` runs
 
 The export refuses a checkout whose kunlunxin copy.py is not a known pre-image
@@ -134,47 +133,23 @@ def patch_path() -> Path:
     return PATCHES[base]
 
 
-def _prs() -> dict:
-    """The stack, in merge order, from pyproject's [[tool.copyfix.stack]]."""
-    table = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["copyfix"]
-    prs = [
-        PR(
-            e["name"],
-            e["files"],
-            e["branch"],
-            f"docs/PR{n}.md",
-            e["patched"],
-            e["needs"],
-            n,
-        )
-        for n, e in enumerate(table["stack"], 1)
-    ]
-    return {pr.name: pr for pr in prs}
-
-
-PRS = _prs()
-# the KunlunXIN op's files as the whole stack leaves them (copy.patch is their diff)
-PR_FILES = [COPY_PY, STRIDED_COPY_PY]
-
-
 def _copyfix_table() -> dict:
     """pyproject's [tool.copyfix]."""
     return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["copyfix"]
 
 
-def _preimage_table() -> dict:
-    """pyproject's [tool.copyfix.preimages]: path -> the sha256s of its pre-images."""
-    return _copyfix_table()["preimages"]
+# The stack, in merge order, from pyproject's [[tool.copyfix.stack]].
+PRS = {
+    e["name"]: PR(**e, text=f"docs/PR{n}.md", n=n)
+    for n, e in enumerate(_copyfix_table()["stack"], 1)
+}
+# the KunlunXIN op's files as the whole stack leaves them (copy.patch is their diff)
+PR_FILES = [COPY_PY, STRIDED_COPY_PY]
 
 
 def preimages(path: str = COPY_PY) -> list[str]:
-    return _preimage_table()[path]
-
-
-def head_preimages() -> dict:
-    """pyproject's [tool.copyfix.head-preimages]: path -> the sha256s of the upstream
-    head files that path's ``<path>.head.patch`` edits (copyfix.compose.head_patch)."""
-    return _copyfix_table().get("head-preimages", {})
+    """pyproject's [tool.copyfix.preimages]: the sha256s of ``path``'s pre-images."""
+    return _copyfix_table()["preimages"][path]
 
 
 def _is_head(rel: str, text: str, table: dict) -> bool:
@@ -427,7 +402,6 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="copyfix.export")
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("patch")
-    sub.add_parser("check-patch")
     pr = sub.add_parser("pr")
     pr.add_argument("checkout", type=Path)
     pr.add_argument("--only", nargs="+", choices=sorted(PRS), default=None)
@@ -437,11 +411,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.cmd == "patch":
         print(f"wrote {write_patch()}")
-    elif args.cmd == "check-patch":
-        if patch_path().read_text() != make_patch(base_copy_text()):
-            print("copy.patch is stale: run `make patch`", file=sys.stderr)
-            return 1
-        print("copy.patch is in sync")
     elif args.cmd == "apply-pr":
         print("\n".join(apply_stack(args.tree, args.name)))
     else:
