@@ -16,19 +16,13 @@ OP_KERNELS = (  # the op's pointwise_dynamic kernels (since 0b98bf2)
     "_negate_kernel",
     "_through_fp32_kernel",
 )
-# ... and those of older ops (847c5a4, whose measurements bench can still repeat, and
-# the op before the toolchain model: _int_to_bf16_kernel)
-KERNELS = OP_KERNELS + (
-    "_int_to_bf16_kernel",
-    "_copy_to_bool_kernel",
-    "_copy_int_to_bf16_kernel",
-    "_copy_via_int64_kernel",
-)
+# ... and one only the generic op (src/flag_gems/ops/copy.py) has
+KERNELS = OP_KERNELS + ("_int_to_bf16_kernel",)
 
 
 # The op's kernels and Triton path live in a module of their own, which both
 # integrations of copy.py (the fork's full file, the patch of upstream's head file)
-# call; older op files (bench's 847c5a4) and upstream's base files hold their own.
+# call; upstream's base files hold their own.
 STRIDED_COPY_MODULE = "_kunlunxin.ops.strided_copy"
 
 
@@ -43,12 +37,10 @@ def kernel_home(module):
 class Paths:
     ranks: list = field(default_factory=list)  # one entry per launch
     fallbacks: int = 0
-    replays: int = 0  # launches that replayed a recorded launch (copy_'s fast path)
 
     def describe(self) -> str:
-        replayed = f", {self.replays} fast" if self.replays else ""
         parts = (
-            [f"Triton kernel x{len(self.ranks)} (rank {self.ranks}{replayed})"]
+            [f"Triton kernel x{len(self.ranks)} (rank {self.ranks})"]
             if self.ranks
             else []
         )
@@ -57,35 +49,9 @@ class Paths:
         return ", ".join(parts) or "no kernel, no fallback"
 
 
-class _CountedLaunches(dict):
-    """copy_'s recorded launches (`_launches`), each replay counted with its rank."""
-
-    def __init__(self, records, paths, kernels):
-        super().__init__(records)
-        self.paths, self.kernels = paths, kernels
-
-    def get(self, key, default=None):
-        launch = super().get(key, default)
-        if launch is None:
-            return launch
-        runner, args, wrapper, *spans = launch
-        rank = next(
-            (n for k in self.kernels for n, w in k.overloads.items() if w is wrapper),
-            None,
-        )
-
-        def counted_runner(*run_args):
-            runner(*run_args)
-            self.paths.ranks.append(rank)
-            self.paths.replays += 1
-
-        return (counted_runner, args, wrapper, *spans)
-
-
 @contextlib.contextmanager
 def track(module):
-    """Spy on `module`'s pointwise_dynamic kernels, on its fast-launch replays (where
-    it has them) and on aten::copy_'s redispatch."""
+    """Spy on `module`'s pointwise_dynamic kernels and on aten::copy_'s redispatch."""
     paths = Paths()
     op = torch.ops.aten.copy_.default
     redispatch = op.redispatch
@@ -104,16 +70,6 @@ def track(module):
     home = kernel_home(module)
     kernels = [getattr(home, n) for n in KERNELS if hasattr(home, n)]
     with contextlib.ExitStack() as stack:
-        records = getattr(module, "_launches", None)
-        if isinstance(records, dict):
-            counted = _CountedLaunches(records, paths, kernels)
-
-            def keep_records():  # what was recorded meanwhile stays recorded
-                records.clear()
-                records.update(counted)
-
-            stack.callback(keep_records)
-            stack.enter_context(mock.patch.object(module, "_launches", counted))
         for kernel in kernels:
             stack.enter_context(
                 mock.patch.object(kernel, "instantiate", counting(kernel.instantiate))
