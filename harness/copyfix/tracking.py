@@ -76,19 +76,3 @@ def track(module):
             )
         stack.enter_context(mock.patch.object(op, "redispatch", counting_redispatch))
         yield paths
-
-
-@contextlib.contextmanager
-def small_copies_through_triton(module=None):
-    """The fork's copy.py with its small-copy shortcut off: every copy takes the
-    Triton path, as before the shortcut, so that tests built on small tensors still
-    run the kernels on contiguous same-dtype layouts.
-
-    ``module`` is the copy module flag_gems dispatches to (default: the fork's,
-    ``_kunlunxin.ops.copy``); a module without the shortcut is left as it is."""
-    module = module or sys.modules.get("_kunlunxin.ops.copy")
-    if module is None or not hasattr(module, "_SMALL_SAME_DTYPE_NUMEL"):
-        yield
-        return
-    with mock.patch.object(module, "_SMALL_SAME_DTYPE_NUMEL", 0):
-        yield

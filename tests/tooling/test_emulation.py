@@ -61,12 +61,10 @@ def spies():
 
 
 def kernel_copy(spies, src, dtype):
-    """dst.copy_(src) done by the kunlunxin Triton kernel (asserted), never by torch
-    (a copy of one dtype too: the fork's small-copy shortcut to native is off)."""
+    """dst.copy_(src) done by the kunlunxin Triton kernel (asserted), never by torch."""
     dst = torch.empty(src.shape, dtype=dtype, device=DEV)
     launches = spies.launch.call_count
-    with tracking.small_copies_through_triton(spies.module):
-        spies.module.copy_(dst, src)
+    spies.module.copy_(dst, src)
     assert spies.fallback.call_count == 0, (
         "copy went to torch's fallback, not the Triton kernel"
     )
@@ -377,12 +375,8 @@ def test_cpu_dispatch_routes_tensor_copy_to_kunlunxin_and_unregisters(spies):
     module = spies.module
     src, dst = torch.randn(3, 5, device=DEV), torch.empty(3, 5, device=DEV)
     zeros = torch.zeros(3, 5, device=DEV)
-    # cpu mode looks module.copy_ up at each call; use_gems() registered the function
-    # itself (the fork's small-copy shortcut off: the copy is the kernel's)
-    with (
-        tracking.small_copies_through_triton(module),
-        mock.patch.object(module, "copy_", wraps=module.copy_) as spy,
-    ):
+    # cpu mode looks module.copy_ up at each call; use_gems() registered the function itself
+    with mock.patch.object(module, "copy_", wraps=module.copy_) as spy:
         with emulation.cpu_dispatch():
             dst.copy_(src)
             assert spies.launch.call_count == 1 and spies.fallback.call_count == 0
