@@ -39,8 +39,8 @@ OVERLAY_ROOT = Path("src")
 COMPOSED = Path("build") / "composed"
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def sha256(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def apply_patch(text: str, patch: str, name: str, reverse: bool = False) -> str:

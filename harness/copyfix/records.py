@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import hashlib
 import json
 import os
 import platform
@@ -26,12 +25,8 @@ import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from copyfix.compose import sha256 as sha256
 from copyfix.provenance import op_commit
-
-
-def sha256(path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
 
 # ------------------------------------------------------------------ files
 
