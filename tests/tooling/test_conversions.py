@@ -1,17 +1,12 @@
 """The emulation converts between dtypes as compiled Triton does, pinned by a device run.
 
 ``results/conversions_h200.json`` holds what compiled Triton 3.6 did on the H200 for
-every (src, dst) pair of the KunlunXIN Triton dtypes, through a store into a dst
-pointer (``implicit``), through ``.to(dst)`` (``explicit``) and through ``.to(float32)``
-stored into the dst pointer (``via_fp32``, torch's route into 16-bit floats), with torch's bits for
-the same values (``python -m copyfix.measure.probe_conversions``, see that module).  Here the
-same kernels run on the active emulation (cpu mode: Triton's interpreter with the
-copyfix patches; cuda mode: compiled Triton again) and must give the recorded bits.
-
-Compared: every input whose conversion C defines (copyfix.measure.probe_conversions.undefined
-is the one exclusion rule), bit for bit, except NaN: a NaN result must be a NaN, its
-payload and sign are not compared (IEEE 754 leaves a converted NaN's payload to the
-implementation, and torch's own CPU paths disagree on it).
+every (src, dst) pair of the KunlunXIN Triton dtypes, through a store (``implicit``),
+``.to(dst)`` (``explicit``) and ``.to(float32)`` stored (``via_fp32``), with torch's
+bits (``python -m copyfix.measure.probe_conversions``).  Here the same kernels run on
+the active emulation and must give the recorded bits on every input C defines
+(``probe_conversions.undefined``), a NaN by class only (its payload and sign are the
+implementation's).
 """
 
 import functools
@@ -32,9 +27,8 @@ pytestmark = pytest.mark.harness
 
 RECORDED = Path(__file__).resolve().parents[2] / "results" / "conversions_h200.json"
 
-# THE switch.  True only while results/conversions_h200.json is the provisional file
-# generated on the interpreter ("source": "interpreter-provisional"), which certifies
-# nothing.  Once the device file is in, this is False and a provisional file fails.
+# True only while the recorded file is an interpreter run ("interpreter-provisional"),
+# which certifies nothing: with the device file in, a provisional file fails.
 ACCEPT_PROVISIONAL = False
 
 PAIRS = [f"{s}->{d}" for s in probe.DTYPES for d in probe.DTYPES]
@@ -49,13 +43,8 @@ FLOAT_BITS = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23)}
 # rounding.  The kunlunxin copy_ rounds the float32 bit pattern by hand there.
 TRITON_NOT_TORCH = {
     "int32->bfloat16": {0x1010001, -0x1010001},
-    "int64->bfloat16": {
-        0x1010001,
-        2**40 + 2**32 + 1,
-        2**62 + 2**54 + 1,
-        -(2**62 + 2**54 + 1),
-    },
-}
+    "int64->bfloat16": {0x1010001, 2**40 + 2**32 + 1, 2**62 + 2**54 + 1, -(2**62 + 2**54 + 1)},
+}  # fmt: skip
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,10 +1,6 @@
-"""The kernel of :mod:`copyfix.measure.probe_conversions` (harness only).
-
-A module of its own, imported on first use: Triton reads TRITON_INTERPRET when a
-kernel is decorated, so under the interpreter this module must be imported after
-the cpu emulation is active (and kernels must be module globals, which Triton
-resolves calls through).
-"""
+"""The kernel of :mod:`copyfix.measure.probe_conversions`, a module of its own: Triton
+reads TRITON_INTERPRET when a kernel is decorated, so it is imported after the cpu
+emulation is active."""
 
 import triton
 import triton.language as tl

@@ -1,47 +1,33 @@
-"""The generic ``copy_`` (flag_gems/ops/copy.py) against torch, every dtype pair (harness only).
+"""The generic ``copy_`` (flag_gems/ops/copy.py) and ``_to_copy`` against torch, every
+dtype pair (harness only).
 
-Runs the generic op twice over every (src, dst) pair of :data:`DTYPES` x :data:`LAYOUTS`,
-with edge values of each source dtype: ``before`` is the base file the overlay replaces
-(the pre-image the composed tree keeps under ``flag_gems/_overlay_preimages/``), ``after``
-the overlay's ``flag_gems/ops/copy.py``.  Each result is compared with torch's
-``copy_`` on the same tensors, element by element:
+Runs the op twice over every (src, dst) pair of :data:`DTYPES` x :data:`LAYOUTS` with
+edge values of each source dtype: ``before`` is the base file the overlay replaces
+(kept under ``flag_gems/_overlay_preimages/``), ``after`` the overlay's.  Each result is
+compared with torch's on the same tensors bit for bit, a NaN by class only, leaving out
+the float -> integer conversions C leaves undefined (``probe_conversions.c_undefined``;
+torch defines float -> uint8 through int64, and float -> bool).
 
-* bit for bit, except NaN: a NaN must give a NaN, its payload and sign are not compared
-  (torch's own CPU and CUDA paths give different NaN bits);
-* a float -> integer conversion that C leaves undefined (NaN, +-inf, a truncation
-  outside the destination's range) is not compared, as in
-  :func:`copyfix.measure.probe_conversions.undefined`.  torch defines float -> uint8 through
-  int64, so there only values outside int64 are undefined; float -> bool is defined.
-
-The op is called directly (``flag_gems.ops.copy.copy_``), not through ``use_gems``:
-in this repository's emulation the dispatched op is the kunlunxin one.  Modes:
-
-``cpu``   Triton's interpreter with the copyfix cpu emulation (its conversion patches
-          make stores convert as compiled Triton on the H200; see
-          copyfix.emulation.interpreter).  Vendor kunlunxin: only the codegen config of
-          the generic op's wrapper differs from NVIDIA's.
-``cuda``  compiled Triton on an NVIDIA GPU, FlagGems' own NVIDIA backend
-          (``GEMS_VENDOR=nvidia``), no emulation at all.
+The op is called directly, not through ``use_gems`` (the emulation dispatches the
+kunlunxin one).  ``cpu``: Triton's interpreter with the copyfix cpu emulation;
+``cuda``: compiled Triton, FlagGems' own NVIDIA backend, no emulation.
 
     PYTHONPATH=harness python -m copyfix.measure.generic_conversions --out results/generic_conversions_cpu.json
 
-``--label`` names the FlagGems base; a file that exists is merged into (one section per
-base, the summary sums them), so one file can hold 5.0.2 and main.  The summary counts
-every cell; ``pairs`` keeps only the cells that are not torch's before and after
-(:func:`compact_pairs`: a difference, an error, named by its exception class, or
-torch's own error), one pair a line; ``--full`` writes every cell with its whole error.
+``--label`` names the FlagGems base; an existing file is merged into (one section per
+base, the summary sums them).  ``pairs`` keeps only the cells that are not torch's
+(:func:`compact_pairs`); ``--full`` writes every cell with its whole error.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import importlib
 import importlib.util
 import json
-import math
 import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +36,7 @@ import torch
 
 from copyfix import provenance, records
 from copyfix.measure import probe_conversions
+from copyfix.measure.probe_conversions import BITS_DTYPE, _from_bits, c_undefined
 from copyfix.records import sha256
 
 REPO = Path(__file__).resolve().parents[3]
@@ -69,27 +56,16 @@ KUNLUNXIN_TO_PREIMAGES = {
 }
 
 
-class Op:
-    """One measured op: its file in flag_gems, the module FlagGems runs, the
-    pre-images, and whether it is ``copy_(dst, src)`` or ``to_copy(src, dtype=)``."""
-
-    def __init__(self, relpath, module, preimages, call, vendor):
-        self.relpath, self.module, self.preimages = relpath, module, preimages
-        self.call, self.vendor = call, vendor
-
-
+# One measured op: its file in flag_gems, the module FlagGems runs, its pre-images
+Op = collections.namedtuple("Op", "relpath module preimages vendor")
 OPS = {
-    "copy_": Op(OP_RELPATH, "flag_gems.ops.copy", PREIMAGES, "copy_", "nvidia"),
-    "to_copy": Op("ops/to.py", "flag_gems.ops.to", TO_PREIMAGES, "to_copy", "nvidia"),
-    # the KunlunXIN backend's own _to_copy (vendor kunlunxin: cpu or cuda emulation)
-    "kunlunxin_to_copy": Op(
-        "runtime/backend/_kunlunxin/ops/to.py",
-        "_kunlunxin.ops.to",
-        KUNLUNXIN_TO_PREIMAGES,
-        "to_copy",
-        "kunlunxin",
+    "copy_": Op(OP_RELPATH, "flag_gems.ops.copy", PREIMAGES, "nvidia"),
+    "to_copy": Op("ops/to.py", "flag_gems.ops.to", TO_PREIMAGES, "nvidia"),
+    "kunlunxin_to_copy": Op(  # (cpu or cuda emulation)
+        "runtime/backend/_kunlunxin/ops/to.py", "_kunlunxin.ops.to",
+        KUNLUNXIN_TO_PREIMAGES, "kunlunxin",
     ),
-}
+}  # fmt: skip
 
 DTYPES = {
     name: getattr(torch, name)
@@ -101,7 +77,6 @@ DTYPES = {
 }  # fmt: skip
 # (float8 *fnuz are AMD-only Triton types; float8_e8m0fnu never reaches Triton.)
 LAYOUTS = ("contiguous", "transpose", "expand")
-_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 # The issue's four cases (stock 5.0.2 on the H200): src dtype, values, dst dtype.
 ISSUE_CASES = (
@@ -111,8 +86,7 @@ ISSUE_CASES = (
     ("float32", [-1.5, -3.0], "uint8"),
 )
 
-# The _to_copy issue's three cases (stock 5.0.2 on the H200): `.bool()`, `.to(uint8)`
-# and int32 -> bfloat16.
+# The _to_copy issue's three (stock 5.0.2 on the H200)
 TO_ISSUE_CASES = (
     ("float32", [0.5, -0.25, 2.0, 1e-45], "bool"),
     ("float32", [-1.5, -3.0], "uint8"),
@@ -149,12 +123,6 @@ _UINT_VALUES = {
 }  # fmt: skip
 
 
-def _f64(bits):
-    return torch.tensor([b - (1 << 64) if b >> 63 else b for b in bits]).view(
-        torch.float64
-    )
-
-
 def inputs(name: str) -> torch.Tensor:
     """Edge values of source dtype ``name`` (CPU): integer extremes, rounding ties of
     every narrower float, +-0, +-inf, NaN, subnormals, overflow thresholds."""
@@ -164,7 +132,11 @@ def inputs(name: str) -> torch.Tensor:
     if name == "float64":
         f32 = probe_conversions.inputs("float32").double()  # exact
         return torch.cat(
-            [_f64(_F64_BITS), torch.tensor(_F64_VALUES, dtype=torch.float64), f32]
+            [
+                _from_bits(_F64_BITS, torch.float64),
+                torch.tensor(_F64_VALUES, dtype=torch.float64),
+                f32,
+            ]
         )
     if name in _UINT_VALUES:
         signed = [v - (1 << 64) if v >> 63 else v for v in _UINT_VALUES[name]]
@@ -175,16 +147,8 @@ def inputs(name: str) -> torch.Tensor:
 
 def defined(src: torch.Tensor, dst_dtype: torch.dtype) -> torch.Tensor:
     """Mask of the elements whose conversion to dst_dtype torch defines (CPU bool)."""
-    if not src.is_floating_point() or dst_dtype.is_floating_point:
-        return torch.ones(src.shape, dtype=torch.bool)
-    if dst_dtype is torch.bool:
-        return torch.ones(src.shape, dtype=torch.bool)
-    info = torch.iinfo(torch.int64 if dst_dtype is torch.uint8 else dst_dtype)
-    flat = [
-        math.isfinite(v) and info.min <= math.trunc(v) <= info.max
-        for v in src.double().flatten().tolist()
-    ]
-    return torch.tensor(flat, dtype=torch.bool).reshape(src.shape)
+    dst = torch.int64 if dst_dtype is torch.uint8 else dst_dtype
+    return ~torch.tensor(c_undefined(src, dst), dtype=torch.bool).reshape(src.shape)
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -192,7 +156,7 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     t = t.cpu()
     if t.dtype is torch.bool:
         return t.view(torch.uint8).to(torch.int64)
-    raw = t.contiguous().view(_BITS[t.element_size()]).to(torch.int64)
+    raw = t.contiguous().view(BITS_DTYPE[t.element_size()]).to(torch.int64)
     if t.is_floating_point():
         nan = t.float().isnan() if t.element_size() < 8 else t.isnan()
         raw = torch.where(nan, torch.full_like(raw, -1), raw)
@@ -262,11 +226,9 @@ def generic_ops(op: str = "copy_") -> dict:
 
 @contextlib.contextmanager
 def cpu_device_guard():
-    """cpu mode: the generic wrappers enter ``torch_device_fn.device(in0.device.index)``
-    (torch.cuda.device, flag_gems 5.0.2 and main utils/pointwise_dynamic.py codegen); a
-    CPU tensor's index is None, which torch 2.13's torch.cuda.device keeps and
-    _exchange_device rejects.  Map it to -1 (torch's "no device": nothing is switched),
-    as copyfix.emulation.interpreter does for the kunlunxin wrappers' _DeviceGuard."""
+    """cpu mode: the generic wrappers enter ``torch.cuda.device(in0.device.index)``; a
+    CPU tensor's index is None, which torch 2.13's _exchange_device rejects: map it to
+    -1 (no device switched), as the emulation does for the kunlunxin _DeviceGuard."""
     stock = torch.cuda.device.__init__
 
     def init(self, device):
@@ -298,14 +260,10 @@ def run_op(module, dst: torch.Tensor, src: torch.Tensor):
 
 
 def to_copy(module, src: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``module.to_copy(src, dtype=dtype)``, as FlagGems runs it on its device.
-
-    In cpu mode the emulated device is the CPU; the overlay's ``_is_host_or_transfer``
-    is adapted to that (copyfix.emulation.interpreter).  A pre-image checks for host
-    tensors inline and would hand every CPU tensor to aten: there this runs what the
-    pre-image runs on a device, its allocation (empty_like, preserve_format) and its
-    kernel (the kunlunxin one picks its close-interleave kernel for bfloat16 sources).
-    """
+    """``module.to_copy(src, dtype=dtype)``, as FlagGems runs it on its device.  In cpu
+    mode a pre-image (no ``_is_host_or_transfer``) would hand CPU tensors to aten: run
+    what it runs on a device instead, its allocation and kernel (the kunlunxin one's
+    close-interleave kernel for bfloat16 sources)."""
     from copyfix import emulation
 
     if emulation.MODE != "cpu" or hasattr(module, "_is_host_or_transfer"):
@@ -371,10 +329,8 @@ def issue_cases(ops: dict, device) -> list[dict]:
 
 
 def related_paths(device) -> dict:
-    """A related path no PR here changes: an in-place pointwise op whose result dtype
-    is narrower than its computation (``add_`` of float64 into float16 / bfloat16:
-    torch rounds through float32, Triton once).  (``_to_copy`` was one: ``--op
-    to_copy`` measures it now.)"""
+    """A related path no PR here changes: ``add_`` of float64 into float16 / bfloat16
+    (torch rounds through float32, Triton once)."""
     add = importlib.import_module("flag_gems.ops.add")
     out = {"add_": {}}
     other = inputs("float64").to(device)
@@ -393,13 +349,8 @@ def related_paths(device) -> dict:
 def summarise(pairs: dict) -> dict:
     """Differing elements and errors summed over pairs and layouts (a layout torch
     itself cannot copy on this device is counted under torch_errors, nothing else)."""
-    total = {
-        "before_differ": 0,
-        "after_differ": 0,
-        "before_errors": 0,
-        "after_errors": 0,
-        "torch_errors": 0,
-    }
+    names = ("before_differ", "after_differ", "before_errors", "after_errors")
+    total = dict.fromkeys((*names, "torch_errors"), 0)
     rows = {
         p: [r for r in e.values() if "torch_error" not in r] for p, e in pairs.items()
     }
@@ -484,11 +435,9 @@ def scalar_functions(path) -> dict[str, str]:
 
 
 def ptx_conversions(path, plan: dict, arch: int = 90) -> dict:
-    """{"src->dst": the PTX conversion instructions} of ``plan``'s scalar function (by
-    name, from the copy.py at ``path``) loaded from src and stored into dst, compiled
-    for an NVIDIA GPU of compute capability ``arch`` (Triton's compiler alone: no GPU
-    needed, TRITON_INTERPRET must be unset).  A kernel as pointwise_dynamic generates
-    it: load, the scalar function, a store that converts to dst's dtype."""
+    """{"src->dst": the PTX conversion instructions} of a kernel as pointwise_dynamic
+    generates it (load src, ``plan``'s scalar function of the copy.py at ``path``, store
+    into dst), compiled for compute capability ``arch`` (no GPU; TRITON_INTERPRET unset)."""
     import re
     import tempfile
 
@@ -546,42 +495,23 @@ def _op_commit(op: str = "copy_") -> str | None:
     )
 
 
-def _versions(device) -> dict:
-    import triton
-
-    gpu = (
-        torch.cuda.get_device_name(device)
-        if torch.device(device).type == "cuda"
-        else None
-    )
-    return {
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": platform.python_version(),
-        "gpu": gpu,
-        "cuda": torch.version.cuda,
-    }
-
-
 def setup(mode: str, op: str = "copy_") -> str:
-    """Activate ``mode`` (before flag_gems is imported); returns the tensor device.
-    cpu mode is the kunlunxin cpu emulation, whatever the op; cuda mode runs FlagGems'
-    own NVIDIA backend, or the kunlunxin cuda emulation for a kunlunxin op."""
+    """Activate ``mode`` before flag_gems is imported (cpu: the kunlunxin cpu emulation;
+    cuda: FlagGems' NVIDIA backend, or the cuda emulation for a kunlunxin op); returns
+    the tensor device."""
     from copyfix import emulation
 
     if mode == "cpu":
         emulation.activate("cpu")
         return "cpu"
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    if probe_conversions.interpreting():
         raise SystemExit("cuda mode runs compiled Triton: unset TRITON_INTERPRET")
     if "flag_gems" in sys.modules:
         raise SystemExit("cuda mode must set GEMS_VENDOR before flag_gems is imported")
     if OPS[op].vendor == "kunlunxin":
         emulation.activate("cuda")  # GEMS_VENDOR=kunlunxin, stock Triton shimmed
-        import flag_gems  # noqa: F401
-
-        return "cuda"
-    os.environ["GEMS_VENDOR"] = "nvidia"  # FlagGems' own NVIDIA backend, no emulation
+    else:
+        os.environ["GEMS_VENDOR"] = "nvidia"  # FlagGems' own backend, no emulation
     import flag_gems  # noqa: F401
 
     return "cuda"
@@ -625,15 +555,9 @@ def _start_jobs(args, mode: str, names: list[str]) -> list:
         if not sources:
             continue
         part = args.out.with_name(f".{args.out.name}.part{k}")
-        cmd = [
-            sys.executable,
-            "-m",
-            "copyfix.measure.generic_conversions",
-            "--out",
-            str(args.out),
-        ]
-        cmd += ["--mode", mode, "--part", str(part), "--dtypes", *names]
-        cmd += ["--op", args.op]
+        cmd = [sys.executable, "-m", "copyfix.measure.generic_conversions",
+               "--out", str(args.out), "--mode", mode, "--part", str(part),
+               "--dtypes", *names, "--op", args.op]  # fmt: skip
         procs.append((subprocess.Popen([*cmd, "--sources", *sources]), part))
     return procs
 
@@ -660,49 +584,22 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="copyfix.measure.generic_conversions", description=__doc__.split("\n")[0]
     )
-    parser.add_argument(
-        "--out", type=Path, help="JSON file (merged into if it exists; required)"
-    )
-    parser.add_argument(
-        "--summary", type=Path, help="print a results file's summaries and exit"
-    )
-    parser.add_argument("--mode", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument(
-        "--op",
-        choices=sorted(OPS),
-        default="copy_",
-        help="the op measured (default copy_); kunlunxin_to_copy's cuda mode is the "
-        "kunlunxin cuda emulation",
-    )
-    parser.add_argument(
-        "--section",
-        help="merge into this key of the file (e.g. kunlunxin), not its top level",
-    )
-    parser.add_argument(
-        "--label", help="the FlagGems base's name (default: from the pre-image)"
-    )
-    parser.add_argument("--machine", help="machine description")
-    parser.add_argument("--dtypes", nargs="*", help="only these dtypes (default: all)")
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=1,
-        help="processes, each measuring some source dtypes (they share Triton's cache)",
-    )
-    parser.add_argument(
-        "--ptx",
-        nargs=2,
-        metavar=("COPY_PY", "PLAN_JSON"),
-        help="print the PTX conversions of a copy.py's kernels for sm_90 (no GPU): "
-        'PLAN_JSON maps "src->dst" to a scalar function name',
-    )
-    parser.add_argument(
-        "--full",
-        action="store_true",
-        help="keep every cell and whole errors (default: only those not torch's)",
-    )
-    parser.add_argument("--sources", nargs="*", help=argparse.SUPPRESS)  # a job's part
-    parser.add_argument("--part", type=Path, help=argparse.SUPPRESS)
+    add = parser.add_argument
+    add("--out", type=Path, help="JSON file (merged into if it exists; required)")
+    add("--summary", type=Path, help="print a results file's summaries and exit")
+    add("--mode", choices=("auto", "cpu", "cuda"), default="auto")
+    add("--op", choices=sorted(OPS), default="copy_", help="the op measured")
+    add("--section", help="merge into this key of the file (e.g. kunlunxin)")
+    add("--label", help="the FlagGems base's name (default: from the pre-image)")
+    add("--machine", help="machine description")
+    add("--dtypes", nargs="*", help="only these dtypes (default: all)")
+    add("--jobs", type=int, default=1, help="processes, each some source dtypes")
+    add("--ptx", nargs=2, metavar=("COPY_PY", "PLAN_JSON"),
+        help='print the sm_90 PTX conversions of PLAN_JSON ("src->dst": scalar '
+        "function of COPY_PY) and exit")  # fmt: skip
+    add("--full", action="store_true", help="keep every cell and whole errors")
+    add("--sources", nargs="*", help=argparse.SUPPRESS)  # a job's part
+    add("--part", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.summary:
         return print_summaries(args.summary)
@@ -742,7 +639,7 @@ def main(argv=None) -> int:
         else "cuda (compiled Triton, GEMS_VENDOR=nvidia, no emulation)" if vendor == "nvidia"
         else "cuda (compiled Triton, GEMS_VENDOR=kunlunxin, copyfix cuda emulation)",
         "machine": args.machine or records.machine(),
-        "versions": _versions(device),
+        "versions": probe_conversions.versions(device),
         "op_commit": _op_commit(args.op),
         "base": ops["base"],
         "before_file": ops["before_file"],

@@ -1,28 +1,24 @@
 """How Triton converts between the KunlunXIN Triton dtypes, measured (harness only).
 
 Raw ``@triton.jit`` kernels, no flag_gems: for every source dtype, one kernel loads a
-fixed list of edge values and writes each of them to every destination dtype twice:
+fixed list of edge values and writes each of them to every destination dtype three ways:
 
-``implicit``  ``tl.store`` of the loaded value into a destination pointer (the store
-              converts; this is what a ``pointwise_dynamic`` copy kernel does)
+``implicit``  ``tl.store`` into a destination pointer (the store converts, as in a
+              ``pointwise_dynamic`` copy kernel)
 ``explicit``  ``x.to(<destination dtype>)``, then the store
-``via_fp32``  ``x.to(tl.float32)`` stored into the destination pointer: the two steps
-              torch takes for integer -> 16-bit float (a compiler may fold them)
+``via_fp32``  ``x.to(tl.float32)`` stored into the destination pointer (torch's two
+              steps for integer -> 16-bit float; a compiler may fold them)
 
-The bit patterns of both (as unsigned ints), torch's for the same conversion (CPU, and
-on a GPU also the GPU's), and the versions are written as JSON.  Two modes:
-
-``compiled``     compiled Triton on a CUDA GPU (plain CUDA tensors).  The reference
-                 run, on the H200: ``results/conversions_h200.json``, ``"source":
-                 "device"``.
-``interpreter``  ``TRITON_INTERPRET=1`` with the copyfix cpu emulation active (its
-                 conversion patches are what is under test), CPU tensors.  Its JSON is
-                 marked ``"source": "interpreter-provisional"``.
+The bits (as unsigned ints), torch's for the same conversion (CPU, and on a GPU the
+GPU's) and the versions are written as JSON.  ``compiled``: compiled Triton on a CUDA
+GPU (the H200 run is ``results/conversions_h200.json``, ``"source": "device"``);
+``interpreter``: ``TRITON_INTERPRET=1`` with the copyfix cpu emulation, CPU tensors
+(``"source": "interpreter-provisional"``).
 
     PYTHONPATH=harness python -m copyfix.measure.probe_conversions --out conversions.json
 
-``tests/tooling/test_conversions.py`` runs :func:`probe` on the active emulation and
-compares it with the recorded device file.
+``tests/tooling/test_conversions.py`` runs :func:`run_source` on the active emulation
+against the recorded device file.
 """
 
 from __future__ import annotations
@@ -38,192 +34,61 @@ import torch
 from copyfix import records
 
 DTYPES = {
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float32": torch.float32,
-    "int8": torch.int8,
-    "int16": torch.int16,
-    "int32": torch.int32,
-    "int64": torch.int64,
-    "uint8": torch.uint8,
-    "bool": torch.bool,
-}
+    n: getattr(torch, n)
+    for n in ("float16", "bfloat16", "float32", "int8", "int16", "int32", "int64",
+              "uint8", "bool")
+}  # fmt: skip
 VARIANTS = ("implicit", "explicit", "via_fp32")
-_BITS_DTYPE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+BITS_DTYPE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 # --------------------------------------------------------------------- edge values
-# Floats are given as bit patterns (specials, ties) or as values that the format holds
-# exactly (checked).  Comments say what each group probes; "UB" marks float -> int
-# values that C leaves undefined for some destination (see undefined()).
+# Floats as bit patterns (specials, ties) or as values the format holds exactly
+# (checked); float -> int values C leaves undefined are excluded by undefined().
 
 _FP32_BITS = [
-    0x00000000,
-    0x80000000,
-    0x7F800000,
-    0xFF800000,  # +-0, +-inf
-    0x7FC00000,
-    0xFFC00000,
-    0x7F800001,
-    0x7FFFFFFF,  # NaNs: quiet +-, signalling, max payload
-    0x00000001,
-    0x00400000,
-    0x007FFFFF,
-    0x80000001,  # fp32 subnormals
-    0x00800000,
-    0x7F7FFFFF,
-    0xFF7FFFFF,  # fp32 min normal, +-max
-    0x3F808000,
-    0x3F818000,
-    0x3F808001,
-    0x3F807FFF,
-    0xBF818000,  # bf16 ties at 1
-    0x7F7F7FFF,
-    0x7F7F8000,
-    0x7F7F8001,
-    0xFF7F8000,  # bf16 overflow threshold
-    0x00008000,
-    0x00018000,
-    0x00010000,
-    0x00007FFF,
-    0x007F8000,
-    0x80008001,  # bf16 subnormals
-    0x477FEFFF,
-    0x477FF000,
-    0x477FF001,
-    0xC77FF000,  # fp16 overflow threshold (65520)
-    0x3F801000,
-    0x3F803000,
-    0x3F801001,  # fp16 ties at 1
-    0x33000000,
-    0x33000001,
-    0x33C00000,
-    0x387FC000,  # fp16 subnormal ties
-]
+    0x00000000, 0x80000000, 0x7F800000, 0xFF800000,  # +-0, +-inf
+    0x7FC00000, 0xFFC00000, 0x7F800001, 0x7FFFFFFF,  # NaNs: quiet +-, signalling, max payload
+    0x00000001, 0x00400000, 0x007FFFFF, 0x80000001,  # fp32 subnormals
+    0x00800000, 0x7F7FFFFF, 0xFF7FFFFF,  # fp32 min normal, +-max
+    0x3F808000, 0x3F818000, 0x3F808001, 0x3F807FFF, 0xBF818000,  # bf16 ties at 1
+    0x7F7F7FFF, 0x7F7F8000, 0x7F7F8001, 0xFF7F8000,  # bf16 overflow threshold
+    0x00008000, 0x00018000, 0x00010000, 0x00007FFF, 0x007F8000, 0x80008001,  # bf16 subnormals
+    0x477FEFFF, 0x477FF000, 0x477FF001, 0xC77FF000,  # fp16 overflow threshold (65520)
+    0x3F801000, 0x3F803000, 0x3F801001,  # fp16 ties at 1
+    0x33000000, 0x33000001, 0x33C00000, 0x387FC000,  # fp16 subnormal ties
+]  # fmt: skip
 _FP32_VALUES = [
-    65504.0,
-    2.0**-24,
-    2.0**-14,
-    -(2.0**-24),  # fp16 max, min subnormal, min normal
-    0.5,
-    -0.5,
-    1 - 2.0**-24,
-    1.5,
-    -1.5,
-    2.75,
-    -2.75,
-    -0.75,  # truncation toward zero
-    127.5,
-    -128.75,
-    128.0,
-    -129.0,
-    255.75,
-    256.0,
-    -1.0,
-    300.5,  # 8-bit ranges (UB beyond)
-    32767.5,
-    -32768.5,
-    32768.0,
-    65535.0,
-    65536.0,  # 16-bit ranges
-    16777216.0,
-    16777218.0,
-    2147483520.0,
-    -2147483648.0,
-    2147483648.0,  # int32 range
-    2.0**62,
-    -(2.0**63),
-    2.0**63,
-    1e10,
-    -1e10,  # int64 range
-]
+    65504.0, 2.0**-24, 2.0**-14, -(2.0**-24),  # fp16 max, min subnormal, min normal
+    0.5, -0.5, 1 - 2.0**-24, 1.5, -1.5, 2.75, -2.75, -0.75,  # truncation toward zero
+    127.5, -128.75, 128.0, -129.0, 255.75, 256.0, -1.0, 300.5,  # 8-bit ranges
+    32767.5, -32768.5, 32768.0, 65535.0, 65536.0,  # 16-bit ranges
+    16777216.0, 16777218.0, 2147483520.0, -2147483648.0, 2147483648.0,  # int32 range
+    2.0**62, -(2.0**63), 2.0**63, 1e10, -1e10,  # int64 range
+]  # fmt: skip
 _FP16_BITS = [
-    0x0000,
-    0x8000,
-    0x7C00,
-    0xFC00,  # +-0, +-inf
-    0x7E00,
-    0xFE00,
-    0x7C01,
-    0x7FFF,  # NaNs
-    0x0001,
-    0x0200,
-    0x03FF,
-    0x8001,  # subnormals
-    0x0400,
-    0x7BFF,
-    0xFBFF,  # min normal, +-max
-    0x3C04,
-    0x3C0C,
-    0x3C05,
-    0x3C03,
-    0xBC0C,  # bf16 ties at 1
-]
+    0x0000, 0x8000, 0x7C00, 0xFC00,  # +-0, +-inf
+    0x7E00, 0xFE00, 0x7C01, 0x7FFF,  # NaNs
+    0x0001, 0x0200, 0x03FF, 0x8001,  # subnormals
+    0x0400, 0x7BFF, 0xFBFF,  # min normal, +-max
+    0x3C04, 0x3C0C, 0x3C05, 0x3C03, 0xBC0C,  # bf16 ties at 1
+]  # fmt: skip
 _FP16_VALUES = [
-    0.5,
-    -1.5,
-    2.75,
-    -0.75,
-    127.5,
-    -128.0,
-    -129.0,
-    255.875,
-    256.0,
-    -1.0,
-    300.5,
-    32752.0,
-    -32768.0,
-    32768.0,
-    65504.0,
-    -65504.0,
-]
+    0.5, -1.5, 2.75, -0.75, 127.5, -128.0, -129.0, 255.875, 256.0, -1.0, 300.5,
+    32752.0, -32768.0, 32768.0, 65504.0, -65504.0,
+]  # fmt: skip
 _BF16_BITS = [
-    0x0000,
-    0x8000,
-    0x7F80,
-    0xFF80,  # +-0, +-inf
-    0x7FC0,
-    0xFFC0,
-    0x7F81,
-    0x7FFF,  # NaNs
-    0x0001,
-    0x0040,
-    0x007F,
-    0x8001,  # subnormals
-    0x0080,
-    0x7F7F,
-    0xFF7F,  # min normal, +-max
-]
+    0x0000, 0x8000, 0x7F80, 0xFF80,  # +-0, +-inf
+    0x7FC0, 0xFFC0, 0x7F81, 0x7FFF,  # NaNs
+    0x0001, 0x0040, 0x007F, 0x8001,  # subnormals
+    0x0080, 0x7F7F, 0xFF7F,  # min normal, +-max
+]  # fmt: skip
 _BF16_VALUES = [
-    65280.0,
-    65536.0,
-    -65536.0,  # fp16 overflow
-    2.0**-24,
-    2.0**-25,
-    3 * 2.0**-25,
-    2.0**-26,
-    2.0**-15,  # fp16 subnormals and ties
-    0.5,
-    -1.5,
-    2.75,
-    -0.75,
-    127.5,
-    -128.0,
-    -129.0,
-    255.0,
-    256.0,
-    -1.0,
-    300.0,
-    32768.0,
-    -32768.0,
-    2.0**30,
-    -(2.0**31),
-    2.0**31,
-    2.0**62,
-    -(2.0**63),
-    2.0**63,
-    2.0**100,
-    -(2.0**100),
-]
+    65280.0, 65536.0, -65536.0,  # fp16 overflow
+    2.0**-24, 2.0**-25, 3 * 2.0**-25, 2.0**-26, 2.0**-15,  # fp16 subnormals and ties
+    0.5, -1.5, 2.75, -0.75, 127.5, -128.0, -129.0, 255.0, 256.0, -1.0, 300.0,
+    32768.0, -32768.0, 2.0**30, -(2.0**31), 2.0**31, 2.0**62, -(2.0**63), 2.0**63,
+    2.0**100, -(2.0**100),
+]  # fmt: skip
 _INT_VALUES = {
     "int8": [-128, -127, -1, 0, 1, 2, 126, 127],
     "int16": [
@@ -250,7 +115,7 @@ _INT_VALUES = {
 def _from_bits(bits, dtype):
     width = torch.finfo(dtype).bits
     signed = [b - (1 << width) if b >= 1 << (width - 1) else b for b in bits]
-    return torch.tensor(signed, dtype=_BITS_DTYPE[width // 8]).view(dtype)
+    return torch.tensor(signed, dtype=BITS_DTYPE[width // 8]).view(dtype)
 
 
 def inputs(name: str) -> torch.Tensor:
@@ -270,58 +135,49 @@ def inputs(name: str) -> torch.Tensor:
 
 
 def to_bits(t: torch.Tensor) -> list[int]:
-    """Bit patterns of ``t`` as unsigned ints; a bool's raw byte (a store into a bool
-    pointer may leave bytes other than 0 and 1: see :func:`undefined`)."""
+    """Bit patterns of ``t`` as unsigned ints (a bool's raw byte)."""
     t = t.cpu()
     if t.dtype is torch.bool:
         return [int(v) for v in t.view(torch.uint8).tolist()]
     width = t.element_size() * 8
-    raw = t.view(_BITS_DTYPE[t.element_size()]) if t.is_floating_point() else t
+    raw = t.view(BITS_DTYPE[t.element_size()]) if t.is_floating_point() else t
     return [int(v) & ((1 << width) - 1) for v in raw.tolist()]
 
 
-def undefined(src_name: str, dst_name: str, variant: str = "explicit") -> list[int]:
-    """Indices of the inputs whose conversion C leaves undefined.
+def c_undefined(src: torch.Tensor, dst: torch.dtype) -> list[bool]:
+    """Per element of ``src``: is its conversion to the integer type ``dst`` one that
+    C leaves undefined (C11 6.3.1.4: NaN, +-inf, a truncation outside dst's range)?"""
+    if not src.is_floating_point() or dst.is_floating_point or dst is torch.bool:
+        return [False] * src.numel()
+    info = torch.iinfo(dst)
+    return [
+        not math.isfinite(v) or not info.min <= math.trunc(v) <= info.max
+        for v in src.double().flatten().tolist()
+    ]
 
-    The one exclusion rule of the probe: a float -> integer conversion of NaN, +-inf,
-    or of a value whose truncation lies outside the integer type's range (C11
-    6.3.1.4).  The integer type is the destination, except for the implicit variant
-    into a bool pointer: Triton's store converts to int8 there (language/semantic.py
-    store: ``pointer_type<int1>`` is treated as ``pointer_type<int8>``), so a float is
-    converted to int8 and its byte stored.  Everything else is defined and compared
-    bit for bit (NaN: see tests/tooling/test_conversions.py).
-    """
-    dst = DTYPES[dst_name]
-    src = inputs(src_name)
-    if variant == "via_fp32":  # what is converted to dst is the float32 value
+
+def undefined(src_name: str, dst_name: str, variant: str = "explicit") -> list[int]:
+    """Indices of the inputs whose conversion C leaves undefined (:func:`c_undefined`),
+    the probe's one exclusion rule.  via_fp32 converts the float32 value; an implicit
+    store into a bool pointer converts to int8 (Triton stores ``pointer_type<int1>``
+    as ``pointer_type<int8>``)."""
+    dst, src = DTYPES[dst_name], inputs(src_name)
+    if variant == "via_fp32":
         src = src.to(torch.float32)
     if dst is torch.bool and variant != "explicit":
         dst = torch.int8
-    if not src.is_floating_point() or dst.is_floating_point or dst is torch.bool:
-        return []
-    info = torch.iinfo(dst)
-    out = []
-    for i, v in enumerate(src.double().tolist()):
-        if not math.isfinite(v) or not info.min <= math.trunc(v) <= info.max:
-            out.append(i)
-    return out
+    return [i for i, bad in enumerate(c_undefined(src, dst)) if bad]
 
 
 # ------------------------------------------------------------------------- kernels
 
 
-def _kernel():
-    """The probe kernel.  Imported on first use: under the interpreter its module must
-    be imported after TRITON_INTERPRET is set and the emulation patched Triton."""
-    from copyfix.measure._probe_kernels import probe_kernel
-
-    return probe_kernel
-
-
 def run_source(src_name: str, device) -> dict[str, dict[str, list[int]]]:
-    """{dst name: {variant: bits}} for one source dtype
-    (one kernel launch, every destination)."""
+    """{dst name: {variant: bits}} for one source dtype (one launch, every dst)."""
     import triton
+
+    # (imported here: under the interpreter, after the emulation patched Triton)
+    from copyfix.measure._probe_kernels import probe_kernel
 
     src = inputs(src_name).to(device)
     n = src.numel()
@@ -331,7 +187,7 @@ def run_source(src_name: str, device) -> dict[str, dict[str, list[int]]]:
         for dst, dtype in DTYPES.items()
     }
     ptrs = [outs[dst, v] for v in VARIANTS for dst in DTYPES]
-    _kernel()[(1,)](src, *ptrs, n, BLOCK=triton.next_power_of_2(n))
+    probe_kernel[(1,)](src, *ptrs, n, BLOCK=triton.next_power_of_2(n))
     return {dst: {v: to_bits(outs[dst, v]) for v in VARIANTS} for dst in DTYPES}
 
 
@@ -352,10 +208,27 @@ def probe(device) -> dict:
     return pairs
 
 
-def _gpu_name(device) -> str | None:
-    if torch.device(device).type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return None
+def versions(device, numpy: bool = False) -> dict:
+    """torch, triton (numpy), python, the GPU and CUDA versions of a record."""
+    import triton
+
+    out = {"torch": torch.__version__, "triton": triton.__version__}
+    if numpy:
+        try:
+            import numpy as np
+
+            out["numpy"] = np.__version__
+        except ImportError:
+            out["numpy"] = None
+    on_gpu = torch.device(device).type == "cuda"
+    out["python"] = platform.python_version()
+    out["gpu"] = torch.cuda.get_device_name(device) if on_gpu else None
+    out["cuda"] = torch.version.cuda
+    return out
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def main(argv=None) -> int:
@@ -370,39 +243,21 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     mode = args.mode
     if mode == "auto":
-        interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-        mode = (
-            "compiled" if torch.cuda.is_available() and not interpret else "interpreter"
-        )
+        gpu = torch.cuda.is_available() and not interpreting()
+        mode = "compiled" if gpu else "interpreter"
     if mode == "interpreter":
         from copyfix import emulation
 
         emulation.activate("cpu")  # TRITON_INTERPRET=1 and the conversion patches
         device = "cpu"
+    elif interpreting():
+        parser.error("compiled mode: unset TRITON_INTERPRET")
     else:
-        if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-            parser.error("compiled mode: unset TRITON_INTERPRET")
         device = "cuda"
-    import triton
-
-    try:
-        import numpy
-
-        numpy_version = numpy.__version__
-    except ImportError:
-        numpy_version = None
-
     record = {
         "source": "device" if mode == "compiled" else "interpreter-provisional",
         "mode": mode,
-        "versions": {
-            "torch": torch.__version__,
-            "triton": triton.__version__,
-            "numpy": numpy_version,
-            "python": platform.python_version(),
-            "gpu": _gpu_name(device),
-            "cuda": torch.version.cuda,
-        },
+        "versions": versions(device, numpy=True),
         "dtypes": list(DTYPES),
         "variants": list(VARIANTS),
         "inputs": {name: to_bits(inputs(name)) for name in DTYPES},
