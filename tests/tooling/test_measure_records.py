@@ -1,5 +1,5 @@
-"""The records the device runs write: miss_cost's ``misses`` section and launch_cost's
-bounds, computed from the figures (pure functions, on crafted and on recorded data)."""
+"""The records the device runs write: launch_cost's bounds, combined rows and starts,
+computed from the figures (pure functions, on crafted and on recorded data)."""
 
 import json
 import os
@@ -26,14 +26,6 @@ def _record(all_new=(110.0, 100.0), rr=(50.0, 100.0), first=(121.0, 110.0)):
     }
 
 
-def test_misses_section_pairs_cache_on_with_off():
-    m = misses_section(_record())
-    assert set(m) == {"all_new", "cyclic_over_cap", "first_call"}
-    assert m["all_new"] == {"cached_us": 110.0, "uncached_us": 100.0, "ratio": 1.1}
-    assert m["cyclic_over_cap"]["ratio"] == 0.5
-    assert m["first_call"] == {"cached_us": 121.0, "uncached_us": 110.0, "ratio": 1.1}
-
-
 def test_bounds_follow_the_figures():
     data = {
         "summary": {
@@ -49,12 +41,6 @@ def test_bounds_follow_the_figures():
     assert "kunlunxin-emulated-head each after/aten <= 2.5 (issue 32)" not in b
     assert b["misses all_new cached/uncached <= 1.10 (issue 31)"] is False
     assert b["misses first_call cached/uncached <= 1.10 (issue 31)"] is True
-
-
-def test_recorded_bounds_are_the_recorded_figures_own():
-    data = json.loads((RESULTS / "launch_cache_h200.json").read_text())
-    want = bounds(data)
-    assert {k: v for k, v in data["bounds"].items() if k in want} == want
 
 
 def _row(eager, after, exact=True, name="copy_transposed"):
@@ -171,10 +157,8 @@ def test_recorded_starts_begin_with_the_record_and_agree_with_its_summary():
     st = data["starts"]
     assert st["each"][0] == start_entry(data)
     assert starts_summary(st["each"]) == st
-    assert "nvidia" in st["median"] and set(st["median"]) <= {
-        *KUNLUNXIN_BACKENDS,
-        "nvidia",
-    }
+    assert "nvidia" in st["median"]
+    assert set(st["median"]) <= {*KUNLUNXIN_BACKENDS, "nvidia"}
     assert (
         st["each"][0]["nvidia"] == data["summary"]["nvidia"]["median_after_over_eager"]
     )
@@ -193,39 +177,16 @@ def test_starts_summary_reads_nvidias_median_against_issue_31():
 def test_conversion_records_keep_the_cells_that_are_not_torchs_and_their_sums():
     # results/ keeps each conversion matrix's summary (every cell counted) and only the
     # cells that are not torch's: what is left must add up to the summary
-    from copyfix.measure.generic_conversions import compact_pairs
-    from copyfix.records import dumps
+    from copyfix.measure.generic_conversions import compact_pairs, summarise
 
     files = sorted(RESULTS.glob("*_conversions_*.json"))
     assert files
     for path in files:
         data = json.loads(path.read_text())
-        assert dumps(data) == path.read_text(), path.name  # the writer's own shape
         for part in (data, data.get("kunlunxin", {})):
             for base, sec in part.get("bases", {}).items():
-                pairs, s = sec["pairs"], sec["summary"]
-                assert compact_pairs(pairs) == pairs, (path.name, base)
-                rows = [
-                    r
-                    for e in pairs.values()
-                    for r in e.values()
-                    if "torch_error" not in r
-                ]
-                for which in ("before", "after"):
-                    assert (
-                        sum(r[f"{which}_differ"] or 0 for r in rows)
-                        == s[f"{which}_differ"]
-                    )
-                    errors = sum(r[f"{which}_differ"] is None for r in rows)
-                    assert errors == s[f"{which}_errors"], (path.name, base, which)
-                    differ = sorted(p for p, e in pairs.items() if any(
-                        r.get(f"{which}_differ") or r.get(f"{which}_error") for r in e.values()
-                    ))  # fmt: skip
-                    assert differ == s[f"pairs_{which}_differ"], (
-                        path.name,
-                        base,
-                        which,
-                    )
+                assert compact_pairs(sec["pairs"]) == sec["pairs"], (path.name, base)
+                assert summarise(sec["pairs"]) == sec["summary"], (path.name, base)
 
 
 def test_the_kunlunxin_backend_runs_on_a_composition_whose_kunlunxin_pointwise_is_not_patched(

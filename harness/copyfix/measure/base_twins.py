@@ -1,16 +1,11 @@
 """The base's own ``pointwise_dynamic`` (without PR 3), beside the composed one.
 
-The composition keeps each patched file's pre-image under
-``flag_gems/_overlay_preimages/``.  :func:`base_twins` loads that pre-image as a
-private module and builds, for every ``PointwiseDynamicFunction`` an imported
-FlagGems module holds as a global, a twin of the base class from the same schema,
-scalar function and codegen config.  :func:`swapped` puts the twins in place of the
-originals for the duration of a ``with`` block, so one process times the same op
-before and after PR 3 (op modules look these globals up at each call).
-
-PR 3 also patches op modules (``ops/where.py``): their pre-images are loaded the same
-way, and each function the op module defines is swapped for the pre-image's, whose
-own pointwise functions get base twins too.  So "before" runs the base's op code.
+:func:`base_twins` loads the pre-image the composition keeps under
+``flag_gems/_overlay_preimages/`` and builds, for every ``PointwiseDynamicFunction``
+an imported FlagGems module holds as a global, a twin of the base class (same schema,
+scalar function, config); the functions of op modules PR 3 patches (``ops/where.py``)
+are their pre-image's.  :func:`swapped` puts the twins in place within a ``with``
+block, so one process times the same op before and after PR 3.
 """
 
 from __future__ import annotations
@@ -50,8 +45,7 @@ def _load_preimage(module_name: str, relative: str | None = None):
 
 
 def _op_preimages() -> dict:
-    """{(op module, function name): the pre-image's function} for every op module
-    the composition patched (not those PR 1 and PR 2 replace whole) and imported."""
+    """{(op module, name): the pre-image's function} of the patched, imported op modules."""
     from copyfix.compose import overlay_info
 
     swaps = {}
@@ -75,9 +69,8 @@ def _op_preimages() -> dict:
 
 
 def base_twins(module_name: str) -> dict:
-    """{(module, global name): twin} for every pointwise function built by
-    ``module_name``'s class that an imported FlagGems module holds, and for every
-    function of an op module PR 3 patched (the pre-image's function)."""
+    """{(module, global name): twin} of every pointwise function of ``module_name``'s
+    class an imported module holds, and of every function of a patched op module."""
     if module_name == KUNLUNXIN and not (_kept_dir() / _PREIMAGE[KUNLUNXIN]).is_file():
         return {}  # not patched (the launch cache is generic-only): before is this code
     ours = sys.modules[module_name].PointwiseDynamicFunction

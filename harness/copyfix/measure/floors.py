@@ -1,14 +1,9 @@
-"""The launch floors of :mod:`copyfix.measure`: what any Python op pays to launch one
-Triton kernel, with no FlagGems in the way.
+"""The launch floors: what any Python op pays to launch one Triton kernel, no FlagGems.
 
-Each floor is a ``torch.library`` op on the CUDA key, as FlagGems registers its ops,
-that launches an already compiled Triton kernel through ``CompiledKernel.run``, reading
-the current device and stream at each call:
-
-* :func:`sigmoid_floor`: allocates its output and launches a compiled sigmoid (the
-  floor of the NVIDIA host-cost targets);
-* :func:`copy_floor`: in place, no allocation, launches a compiled contiguous copy
-  (the floor of the KunlunXIN ``copy_``).
+Each is a ``torch.library`` op on the CUDA key that launches an already compiled
+kernel through ``CompiledKernel.run`` (current device and stream read at each call):
+:func:`sigmoid_floor` allocates its output (NVIDIA's floor), :func:`copy_floor` copies
+in place (the KunlunXIN ``copy_``'s).
 """
 
 from __future__ import annotations

@@ -3,38 +3,18 @@
     python -m copyfix.measure.launch_cost nvidia --out results/launch_cache_h200.json
     python -m copyfix.measure.launch_cost kunlunxin-emulated --out results/launch_cache_h200.json
 
-``nvidia``: FlagGems' own NVIDIA backend (GEMS_VENDOR=nvidia, no emulation), 64x64 fp32,
-under ``flag_gems.use_gems()``: sigmoid, relu, abs, add, mul by a scalar, where,
-fp32 ``.to(torch.bfloat16)``, ``copy_`` contiguous and transposed; and the floor: a
-Python op registered with ``torch.library`` on the CUDA key that allocates its output
-and launches an already compiled Triton sigmoid (``CompiledKernel.run``).
-``kunlunxin-emulated-head``: the same, where the composition's base is the head-like
-tree (upstream's tle_copy-era copy.py, PR 1 applied as ``copy.py.head.patch``: refused
-otherwise), so PR 1's two integrations are timed alike.
-``kunlunxin-emulated``: the KunlunXIN ``copy_`` (PR 1) in the cuda emulation, under
-``use_gems(include=["copy_"])``, against aten's copy (the KunlunXIN pointwise_dynamic
-has no cache: there "after" and "cache off" run the same code); and ``floor_copy``: an in-place
-``torch.library`` op that launches an already compiled Triton copy (contiguous, no
-allocation), against aten's copy of the same tensors.
+``nvidia``: FlagGems' own NVIDIA backend, 64x64 fp32 under ``use_gems()`` (sigmoid,
+relu, abs, add, mul by a scalar, where, ``.to(bfloat16)``, ``copy_`` contiguous and
+transposed), and the floor (:mod:`.floors`).  ``kunlunxin-emulated``: the KunlunXIN
+``copy_`` (PR 1) in the cuda emulation against aten's copy, and ``floor_copy``;
+``kunlunxin-emulated-head``: the same on the head-like tree (``copy.py.head.patch``).
 
-Columns, in one process and one run, measured in alternating rounds (each round every
-column once, in a rotating order; ``copyfix.measure.timing.Timer``): eager (torch without
-FlagGems), before (the base's own pointwise_dynamic, no PR 3: :mod:`.base_twins`),
-after (this composition, the cache turned on: it is opt-in), and "cache off" (this
-composition with it off: what the first call of a signature costs, minus the
-recording).
-Each op's result is compared bit for bit with eager, before and after.
-The JSON is merged by (name, backend), so the two backends can run as two processes.
-
-``--processes N``: the measurement runs in N fresh worker processes, one after another,
-and each row combines them (:func:`combine`): a ratio is then the median over the
-processes of each process's own ratio, every process's figures kept beside it.
-
-The record's ``starts`` keeps, of every five-process machine start on its op, only what
-the bounds read (:func:`start_entry`: the strided ``copy_`` after/aten per KunlunXIN
-integration, NVIDIA's median after/eager), with the median and min-max over the starts
-(:func:`starts_summary`); :func:`add_start` puts a new start's record there (its
-``date`` set) and a run on another op drops them.
+Columns, measured in alternating rounds in one process (``timing.Timer``): eager
+(torch alone), before (the base's own pointwise_dynamic: :mod:`.base_twins`), after
+(the cache on) and cache off; each result compared bit for bit.  The JSON is merged by
+(name, backend).  ``--processes N`` measures in N fresh workers and combines them
+(:func:`combine`).  ``starts`` keeps what the bounds read of every five-process
+machine start on the op (:func:`start_entry`, :func:`starts_summary`, :func:`add_start`).
 """
 
 from __future__ import annotations
@@ -62,22 +42,14 @@ PR3_FILES = (
 )
 
 
-def _op_commit(paths=None) -> str | None:
-    """The last commit of the files timed: by default everything launch_cost times
-    (PR 3, and the PR 1/2 ops its copy_ and .to() rows run through)."""
-    if paths is not None:
-        return provenance.op_commit(*paths)
-    paths = [
-        *PR3_FILES,
-        "src/flag_gems/ops/where.py.patch",
-        "src/flag_gems/ops/copy.py",  # (PR 2: copy_ timed through it)
-        "src/flag_gems/ops/to.py",  # (PR 2: to_bf16)
-        # PR 1, the KunlunXIN copy_ the kunlunxin backends time (both integrations)
-        "src/flag_gems/runtime/backend/_kunlunxin/ops/copy.py",
-        "src/flag_gems/runtime/backend/_kunlunxin/ops/copy.py.head.patch",
-        "src/flag_gems/runtime/backend/_kunlunxin/ops/strided_copy.py",
-    ]
-    return provenance.op_commit(*paths)
+def _op_commit() -> str | None:
+    """The last commit of the files timed (PR 3, and the PR 1/2 ops of copy_ and .to())."""
+    kx = "src/flag_gems/runtime/backend/_kunlunxin/ops/"
+    return provenance.op_commit(
+        *PR3_FILES, "src/flag_gems/ops/where.py.patch", "src/flag_gems/ops/copy.py",
+        "src/flag_gems/ops/to.py", kx + "copy.py", kx + "copy.py.head.patch",
+        kx + "strided_copy.py",
+    )  # fmt: skip
 
 
 def _nvidia_cases(torch, device):
@@ -124,21 +96,26 @@ def _kunlunxin_cases(torch, device):
 STRIDED = ("copy_transposed", "copy_expanded_sdpa_mask", "copy_step_slice")
 
 
-def _floor(torch, timer, device):
-    """The floor: torch.library op on the CUDA key, output allocated, compiled
-    Triton sigmoid launched directly (no FlagGems): :func:`.floors.sigmoid_floor`."""
-    from copyfix.measure.floors import sigmoid_floor
+def _floor(torch, timer, device, backend) -> dict:
+    """The floor row (:mod:`.floors`, no FlagGems): a compiled Triton sigmoid (nvidia)
+    or an in-place contiguous copy (kunlunxin, against aten's copy_), both launched by
+    a ``torch.library`` op on the CUDA key."""
+    from copyfix.measure.floors import copy_floor, sigmoid_floor
 
     x = torch.randn(SIDE, SIDE, device=device)
-    op = sigmoid_floor(torch, x)
-    assert torch.equal(op(x), torch.sigmoid(x)) or torch.allclose(
-        op(x), torch.sigmoid(x)
-    )
+    if backend == "nvidia":
+        name, op = "floor", sigmoid_floor(torch, x)
+        eager, floor = (lambda: torch.sigmoid(x)), (lambda: op(x))
+        assert torch.equal(op(x), eager()) or torch.allclose(op(x), eager())
+    else:
+        dst = torch.empty_like(x)
+        name, (op, _) = "floor_copy", copy_floor(torch, x)
+        eager, floor = (lambda: dst.copy_(x)), (lambda: op(dst, x))
+        floor()
+        assert torch.equal(dst, x)
     null = contextlib.nullcontext
-    row = timer.host_us_interleaved(
-        {"eager": (null, lambda: torch.sigmoid(x)), "floor": (null, lambda: op(x))}
-    )
-    return {"name": "floor", "backend": "nvidia", "eager_us": row["eager"],
+    row = timer.host_us_interleaved({"eager": (null, eager), "floor": (null, floor)})
+    return {"name": name, "backend": backend, "eager_us": row["eager"],
             "before_us": row["floor"], "after_us": row["floor"]}  # fmt: skip
 
 
@@ -146,10 +123,7 @@ KUNLUNXIN_BACKENDS = ("kunlunxin-emulated", "kunlunxin-emulated-head")
 
 
 def _check_integration(backend: str) -> None:
-    """The composed kunlunxin copy.py is the integration ``backend`` names: the
-    head file patched (it calls tle_copy) for ``-head``, the fork's file otherwise."""
-    import sys
-
+    """The composed kunlunxin copy.py is ``backend``'s integration (-head: tle_copy)."""
     module = sys.modules["_kunlunxin.ops.copy"]
     head = hasattr(module, "tle_copy")
     if head != backend.endswith("-head"):
@@ -158,44 +132,6 @@ def _check_integration(backend: str) -> None:
             f"{'head' if head else 'fork'} integration; compose over the "
             f"{'head-like tree' if not head else 'fork base'} first"
         )
-
-
-def _copy_floor(torch, timer, device, backend):
-    """The floor for copy_: an in-place torch.library op on the CUDA key (no
-    allocation) that launches an already compiled Triton copy of a contiguous 64x64
-    tensor (no FlagGems): :func:`.floors.copy_floor`; eager is aten's copy_ of the
-    same tensors."""
-    from copyfix.measure.floors import copy_floor
-
-    x = torch.randn(SIDE, SIDE, device=device)
-    dst = torch.empty_like(x)
-    op, _ = copy_floor(torch, x)
-    op(dst, x)
-    assert torch.equal(dst, x)
-    null = contextlib.nullcontext
-    row = timer.host_us_interleaved(
-        {"eager": (null, lambda: dst.copy_(x)), "floor": (null, lambda: op(dst, x))}
-    )
-    return {"name": "floor_copy", "backend": backend,
-            "eager_us": row["eager"], "before_us": row["floor"],
-            "after_us": row["floor"]}  # fmt: skip
-
-
-def _profile(name, gems, fn, calls=3000):
-    """Where an "after" call's host time goes (cProfile, so inflated): top 18."""
-    import cProfile
-    import io
-    import pstats
-
-    with gems():
-        prof = cProfile.Profile()
-        prof.enable()
-        for _ in range(calls):
-            fn()
-        prof.disable()
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(18)
-    print(f"--- profile of {calls} after-calls of {name}\n{out.getvalue()}", flush=True)
 
 
 def measure(backend: str, calls: int, rounds: int, profile: bool = False):
@@ -211,7 +147,7 @@ def measure(backend: str, calls: int, rounds: int, profile: bool = False):
 
     import flag_gems
     from copyfix.measure.base_twins import GENERIC, KUNLUNXIN, base_twins, swapped
-    from copyfix.measure.timing import Timer
+    from copyfix.measure.timing import Timer, profiled
     from flag_gems.utils import launch_cache
 
     on_device = torch.cuda.is_available()
@@ -285,18 +221,17 @@ def measure(backend: str, calls: int, rounds: int, profile: bool = False):
                         "bit_exact_vs_eager": exact, "after_hits": hit,
                         "after_and_off_bit_exact_vs_before": same,
                         "before_ran_base_code": bool(base_used)})  # fmt: skip
-        if profile:
-            _profile(name, after, fn)
+        if profile:  # where an "after" call's host time goes (inflated)
+            with after():
+                text = profiled(lambda: [fn() for _ in range(3000)], 18)
+            print(f"--- profile of 3000 after-calls of {name}\n{text}", flush=True)
         print(f"{backend:20s} {name:26s} eager {row['eager']:7.1f}  before "
               f"{row['before']:7.1f}  after {row['after']:7.1f}  off {row['cache_off']:7.1f}"
               f"  exact {exact}", flush=True)  # fmt: skip
     used = sum(1 for t in pd_twins if t.overloads)
-    if backend == "nvidia" and on_device:
-        rows.append(_floor(torch, timer, device))
-        print(f"floor {rows[-1]}", flush=True)
-    elif on_device:
-        rows.append(_copy_floor(torch, timer, device, backend))
-        print(f"floor_copy {rows[-1]}", flush=True)
+    if on_device:
+        rows.append(_floor(torch, timer, device, backend))
+        print(f"{rows[-1]['name']} {rows[-1]}", flush=True)
     machine = (
         torch.cuda.get_device_name() if on_device else platform.processor() or "cpu"
     )
@@ -322,23 +257,16 @@ def _base_label() -> str:
 
 
 def _ratio(r, key):
-    """A row's ``key`` over its eager column: the median over worker processes of
-    each process's own ratio where the row combines several (:func:`combine`)."""
+    """A row's ``key`` over its eager column (combined rows: their median_ratio)."""
     median = r.get("median_ratio", {}).get(key)
     return median if median is not None else r[key] / r["eager_us"]
 
 
 def combine(runs: list) -> list:
-    """One row per (name, backend) from several worker processes' rows (``runs``,
-    one list of rows per process, as :func:`measure` returns them), pyperf-style: a
-    process's speed varies with where and when it runs (the same copy_ took 15.8 and
-    22.3 µs in two processes of one machine start), so one process is one sample.
-
-    Each µs column is the median over processes, each process's columns are kept
-    (``per_process``), ``median_ratio`` and ``max_ratio`` hold, per column, the median
-    and maximum over processes of that process's own column/eager (what the bounds
-    read: each ratio is taken within one process and run), and a bit-for-bit check is
-    true only if it held in every process."""
+    """One row per (name, backend) from several worker processes' rows (one list per
+    process), one process one sample: each µs column the median over processes, each
+    process's kept (``per_process``), ``median_ratio`` / ``max_ratio`` over the
+    processes' own column/eager, and a bit-for-bit check true if true in every one."""
     rows_of = {}
     for rows in runs:
         for r in rows:
@@ -366,8 +294,7 @@ def combine(runs: list) -> list:
 
 
 def _in_processes(args) -> tuple:
-    """:func:`measure` in ``args.processes`` fresh interpreters, one after another
-    (same environment and arguments), combined by :func:`combine`."""
+    """:func:`measure` in ``args.processes`` fresh interpreters in turn, combined."""
     import subprocess
     import tempfile
 
@@ -420,9 +347,7 @@ def summarize(ops: list) -> dict:
 
 
 def bounds(data: dict) -> dict:
-    """The bounds, each True or False, on what ``data`` holds (a bound whose figures
-    are missing is left out): the NVIDIA ops' median and maximum after/eager, the
-    misses' cached/uncached, each strided KunlunXIN copy_ of each integration."""
+    """The bounds, each True or False, of the figures ``data`` holds."""
     s, out = data.get("summary", {}), {}
     if "nvidia" in s:
         out["nvidia median after/eager <= 2.3 (issue 31)"] = (
@@ -442,8 +367,8 @@ def bounds(data: dict) -> dict:
 
 
 def with_run(data: dict, backend: str, rows: list, run: dict, commit) -> dict:
-    """The record ``data`` with ``backend``'s rows and run info replaced by a new
-    run's (on op ``commit``), its summary and bounds computed again."""
+    """``data`` with ``backend``'s rows and run replaced (op ``commit``), summary and
+    bounds recomputed (another op's starts dropped)."""
     keep = [r for r in data.get("ops", []) if r["backend"] != backend]
     if data.get("op_commit") != commit:  # another op's starts do not carry over
         data.pop("starts", None)
@@ -457,19 +382,13 @@ def with_run(data: dict, backend: str, rows: list, run: dict, commit) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="copyfix.measure.launch_cost")
-    parser.add_argument("backend", choices=["nvidia", *KUNLUNXIN_BACKENDS])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--calls", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument(
-        "--profile", action="store_true", help="cProfile each op's after-path"
-    )
-    parser.add_argument(
-        "--processes",
-        type=int,
-        default=1,
-        help="measure in this many fresh worker processes and combine them",
-    )
+    add = parser.add_argument
+    add("backend", choices=["nvidia", *KUNLUNXIN_BACKENDS])
+    add("--out", type=Path, required=True)
+    add("--calls", type=int, default=300)
+    add("--rounds", type=int, default=15)
+    add("--profile", action="store_true", help="cProfile each op's after-path")
+    add("--processes", type=int, default=1, help="fresh worker processes, combined")
     args = parser.parse_args(argv)
     if args.processes > 1:
         rows, run = _in_processes(args)
@@ -481,10 +400,6 @@ def main(argv=None) -> int:
     )
     print(json.dumps(data["summary"], indent=1))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> list[str]:
@@ -499,16 +414,17 @@ def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> li
         "",
     ]
     for backend, run in data["runs"].items():
+        workers = (
+            f"; in {run['processes']} worker processes, each ratio the median of the "
+            "processes' own ratios."
+            if run.get("processes", 1) > 1
+            else "."
+        )
         lines.append(
             f"- {backend}: {run['machine']}, mode `{run['mode']}`, torch {run['torch']}, "
             f"triton {run['triton']}, base {run['flag_gems_base']}; "
             f"{run['rounds']} alternating rounds of {run['calls_per_round']} calls, median"
-            + (
-                f"; in {run['processes']} worker processes, each ratio the median of the "
-                "processes' own ratios."
-                if run.get("processes", 1) > 1
-                else "."
-            )
+            + workers
         )
     lines += [
         f"- op `{(data.get('op_commit') or 'unknown')[:12]}`, {data.get('date', '')}. "
@@ -521,12 +437,13 @@ def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> li
         "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in data["ops"]:
-        same = r.get("after_and_off_bit_exact_vs_before")
+        same = {None: "n/a", True: "yes", False: "**NO**"}[
+            r.get("after_and_off_bit_exact_vs_before")
+        ]
         lines.append(
             f"| {r['backend']} | {r['name']} | {r['eager_us']:.1f} | {r['before_us']:.1f} "
             f"| {r['after_us']:.1f} | {r.get('cache_off_us', r['after_us']):.1f} "
-            f"| {_ratio(r, 'before_us'):.2f} | {_ratio(r, 'after_us'):.2f} "
-            f"| {'n/a' if same is None else ('yes' if same else '**NO**')} |"
+            f"| {_ratio(r, 'before_us'):.2f} | {_ratio(r, 'after_us'):.2f} | {same} |"
         )
     per_process = [r for r in data["ops"] if r.get("per_process")]
     if per_process:
@@ -541,39 +458,35 @@ def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> li
         )
         lines.append(f"- {r['backend']} {r['name']}: {each}")
     nv, kx = s.get("nvidia", {}), s.get("kunlunxin-emulated", {})
+    nan = float("nan")
     if nv:
         lines += [
             "",
             f"nvidia, 9 ops: median after/eager {nv['median_after_over_eager']:.2f} "
             f"(before {nv['median_before_over_eager']:.2f}), max "
             f"{nv['max_after_over_eager']:.2f}; floor/eager "
-            f"{nv.get('floor_over_eager', float('nan')):.2f}; median over the floor "
-            f"{nv.get('median_over_floor', float('nan')):.2f}.",
+            f"{nv.get('floor_over_eager', nan):.2f}; median over the floor "
+            f"{nv.get('median_over_floor', nan):.2f}.",
         ]
     if kx:
+        floor = (
+            f"; floor_copy/aten {kx['floor_copy_over_aten']:.2f} (an in-place "
+            "`torch.library` op launching a compiled Triton copy, contiguous)."
+            if "floor_copy_over_aten" in kx
+            else "."
+        )
         lines.append(
             f"kunlunxin-emulated copy_: after/aten at most {kx['max_after_over_aten']:.2f} "
-            f"(before {kx['max_before_over_aten']:.2f})"
-            + (
-                f"; floor_copy/aten {kx['floor_copy_over_aten']:.2f} (an in-place "
-                "`torch.library` op launching a compiled Triton copy, contiguous)."
-                if "floor_copy_over_aten" in kx
-                else "."
-            )
+            f"(before {kx['max_before_over_aten']:.2f})" + floor
         )
-    head = s.get("kunlunxin-emulated-head")
-    if head:
+    if head := s.get("kunlunxin-emulated-head"):
         lines.append(
             "kunlunxin-emulated-head copy_ (PR 1 on the head-like tree): after/aten at "
             f"most {head['max_after_over_aten']:.2f} (before {head['max_before_over_aten']:.2f})."
         )
-    misses = data.get("misses")
-    if misses:
-        lines.append(
-            "Calls that do not hit, cached/uncached (same start): "
-            + ", ".join(f"{k} {v['ratio']:.3f}" for k, v in misses.items())
-            + "."
-        )
+    if misses := data.get("misses"):
+        each = ", ".join(f"{k} {v['ratio']:.3f}" for k, v in misses.items())
+        lines.append(f"Calls that do not hit, cached/uncached (same start): {each}.")
     for base, t in data.get("upstream_tests", {}).items():
         lines.append(
             f"Upstream tests with PR 3, {base}: {t['passed']} passed, {t['failed']} failed, "
@@ -587,10 +500,8 @@ NVIDIA_MEDIAN_BOUND = 2.3  # the NVIDIA ops' median after/eager
 
 
 def start_entry(record: dict) -> dict:
-    """One machine start's entry of ``starts`` from its full record: its date, per
-    KunlunXIN integration (:data:`KUNLUNXIN_BACKENDS`) that has them the :data:`STRIDED`
-    rows' after/aten as the record reads them (the median over its worker processes),
-    and ``nvidia``: its median after/eager over the NVIDIA ops."""
+    """A machine start's ``starts`` entry from its record: date, per KunlunXIN
+    integration the :data:`STRIDED` rows' after/aten, NVIDIA's median after/eager."""
     entry = {"date": record.get("date", "")}
     cpus = {tuple(run.get("cpus_allowed") or ()) for run in record["runs"].values()}
     if len(cpus) == 1 and len(next(iter(cpus))) == 1:  # every backend pinned to one CPU
@@ -606,10 +517,8 @@ def start_entry(record: dict) -> dict:
 
 
 def starts_summary(each: list[dict]) -> dict:
-    """The record's ``starts``: every five-process machine start on its op (``each``,
-    :func:`start_entry`'s, the record's own first), and the median over them and the
-    min-max of each figure: per KunlunXIN integration each strided layout's after/aten,
-    and NVIDIA's median after/eager."""
+    """The record's ``starts``: the entries ``each`` (the record's own first), and the
+    median and min-max over them of each figure."""
     out = {
         "what": "every five-process machine start on this op (this record's first): per "
         "KunlunXIN integration the strided copy_ after/aten (layouts in order of "
@@ -633,8 +542,8 @@ def starts_summary(each: list[dict]) -> dict:
 
 
 def add_start(data: dict) -> dict:
-    """``data`` (a full five-process record, its ``date`` set) with its own start put
-    first in ``starts`` (a start of that date replaced) and the summary recomputed."""
+    """``data`` (a five-process record, ``date`` set) with its own start first in
+    ``starts`` (one of that date replaced)."""
     each = [
         e for e in data.get("starts", {}).get("each", []) if e["date"] != data["date"]
     ]
@@ -647,9 +556,7 @@ def _start_name(entry: dict) -> str:
 
 
 def starts_lines(data: dict) -> list[str]:
-    """The ``starts`` summary as one table: the median over the five-process starts of
-    each KunlunXIN integration's strided after/aten and of NVIDIA's median after/eager,
-    their min-max, and the issues' bounds read on that median."""
+    """The ``starts`` summary as a table, the bounds read on the median over starts."""
     st = data.get("starts")
     if not st or not st["median"]:
         return []
@@ -678,3 +585,7 @@ def starts_lines(data: dict) -> list[str]:
             f"| {'yes' if ok else '**no**'} |"
         )
     return lines
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,28 +1,17 @@
 """PR 3's launch cache on misses: what calls that do not hit cost, cache on vs off.
 
-Harness file (not part of the upstream PR)::
-
     python -m copyfix.measure.miss_cost --out results/launch_cache_misses_h200.json
 
-Stock NVIDIA backend (``GEMS_VENDOR=nvidia``), ``torch.add`` of a (64, 64) fp32 view
-with row stride w and a contiguous (64, 64) tensor under ``flag_gems.use_gems()``, one
-process: each w is a signature of its own (strides are in the key), new to LibEntry
-too, so each column's first calls run on signatures of their own.  (The views are
-made with ``torch.empty``: ``torch.randn`` under ``use_gems`` is FlagGems' own randn,
-which cost about 0.65 s per new shape on the H200.)
-Workloads, each timed in alternating rounds (on, off, then off, on, ...), per call:
-
-* ``all_new``: every call of a signature never seen before (its first call);
-* ``twice_each``, ``thrice_each``: each new signature called two or three times in
-  a row (the call after ``ADMIT_AFTER`` uncached ones records: the third);
-* ``round_robin``: a cycle over ``cap + cap // 4`` signatures (``MAX_PLANS`` patched
-  to ``--cap``), compiled first, after warm-up cycles;
-* ``one_signature``: the same call again and again (hits, for reference);
-* ``first_sighting_added_us``: the cache's own work on a first sighting, timed
-  around a call that launches nothing.
-``COPYFIX_MISS_DRY=1`` runs the plumbing in cpu mode (no figure).
-
-The issue's bound is on/off <= 1.10 for the first three.
+Stock NVIDIA backend, ``torch.add`` of a (64, 64) fp32 view with row stride w (each w
+a signature of its own, new to LibEntry too; views made with ``torch.empty``, not
+FlagGems' own randn) and a contiguous (64, 64) tensor under ``use_gems()``, one
+process.  Workloads, timed per call in alternating rounds (on, off, then off, on):
+``all_new`` (every call a first sighting); ``twice_each``, ``thrice_each`` (each new
+signature called two or three times in a row); ``round_robin`` (a cycle over
+``cap + cap // 4`` signatures, ``MAX_PLANS`` patched to ``--cap``); ``one_signature``
+(hits, for reference); ``first_sighting_added_us`` (the cache's own work on a first
+sighting, around a call that launches nothing).  ``COPYFIX_MISS_DRY=1`` runs the
+plumbing in cpu mode.  The issue's bound: on/off <= 1.10 for the first three.
 """
 
 from __future__ import annotations
@@ -56,6 +45,7 @@ def measure(
     import triton
 
     import flag_gems
+    from copyfix.measure.timing import profiled
     from flag_gems.utils import launch_cache
 
     device = "cpu" if dry else "cuda"
@@ -157,24 +147,14 @@ def measure(
         }
         progress(f"by call index {json.dumps(out['by_call_index_us'])}")
         if profile:
-            import cProfile
-            import io
-            import pstats
-
-            prof, ws = cProfile.Profile(), fresh(200)
+            ws = fresh(200)
             for w in ws:
                 view(w)
                 for _ in range(launch_cache.ADMIT_AFTER):
                     add(w)
             sync()
-            prof.enable()
-            for w in ws:
-                add(w)  # the recording call
-            sync()
-            prof.disable()
-            text = io.StringIO()
-            pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
-            progress("recording calls, cProfile:\n" + text.getvalue())
+            text = profiled(lambda: [*map(add, ws), sync()], 25)  # the recording calls
+            progress("recording calls, cProfile:\n" + text)
         # the cache's own work on a first sighting (key, remembering the signature),
         # around a call that launches nothing: the part of all_new's on column that
         # the cache adds
@@ -209,11 +189,9 @@ def measure(
 
 
 def misses_section(record: dict) -> dict:
-    """The ``misses`` section of ``launch_cache_h200.json`` from a record of
-    :func:`measure` (same process): ``all_new`` (every call a first sighting),
-    ``cyclic_over_cap`` (the round robin over more signatures than the cap) and
-    ``first_call`` (the first call of a signature, timed alone with a sync each), each
-    ``cached_us`` (cache on) against ``uncached_us`` (off) and their ratio."""
+    """``launch_cache_h200.json``'s ``misses`` from a record of :func:`measure`: all_new,
+    cyclic_over_cap (round_robin) and first_call (call index 0), cached_us (on) against
+    uncached_us (off) and their ratio."""
     w = record["workloads"]
     pairs = {
         "all_new": (w["all_new"]["on_us_per_call"], w["all_new"]["off_us_per_call"]),
@@ -230,8 +208,8 @@ def misses_section(record: dict) -> dict:
 
 
 def with_misses(data: dict, record: dict, name: str) -> dict:
-    """launch_cost's record ``data`` with the ``misses`` section of ``record`` (the
-    record ``name`` of the same machine start), a note on it, and the bounds again."""
+    """launch_cost's ``data`` with ``record``'s misses (file ``name``, same machine
+    start), a note, and the bounds again."""
     note = (
         f"{name} of the same machine start ({record['date']}, op "
         f"{record['op_commit']}): cache on (cached_us) vs off (uncached_us), "
@@ -243,17 +221,12 @@ def with_misses(data: dict, record: dict, name: str) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="copyfix.measure.miss_cost")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--cap", type=int, default=16)
-    parser.add_argument(
-        "--profile", action="store_true", help="cProfile of recording calls"
-    )
-    parser.add_argument(
-        "--section-into",
-        type=Path,
-        help="also write misses_section() as 'misses' into this JSON (launch_cost's)",
-    )
+    add = parser.add_argument
+    add("--out", type=Path, required=True)
+    add("--rounds", type=int, default=6)
+    add("--cap", type=int, default=16)
+    add("--profile", action="store_true", help="cProfile of recording calls")
+    add("--section-into", type=Path, help="also write 'misses' into launch_cost's JSON")
     args = parser.parse_args(argv)
     record = measure(
         args.rounds,

@@ -1,5 +1,4 @@
-"""Timing on the host and the device, shared by ``copyfix.bench`` and
-``copyfix.measure.launch_cost``."""
+"""Timing on the host and the device (``copyfix.bench``, ``copyfix.measure``)."""
 
 import statistics
 import time
@@ -59,3 +58,18 @@ class Timer:
                     times[name].append((time.perf_counter() - t0) / calls * 1e6)
                     sync()
         return {name: statistics.median(t) for name, t in times.items()}
+
+
+def profiled(fn, top: int) -> str:
+    """cProfile of ``fn()`` (so inflated): the ``top`` functions by own time."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    fn()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
