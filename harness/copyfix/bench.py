@@ -1,19 +1,14 @@
 """`make bench`: copy_ performance and accuracy matrix in the best available mode.
 
-    python -m copyfix.bench [--quick] [--sides 256 1024 2048]   # measure, write JSON, regenerate report
-    python -m copyfix.bench report                              # regenerate docs from results/*.json
-    (host cost per call, every pointwise op before/after PR 3: python -m copyfix.measure.launch_cost)
+    python -m copyfix.bench [--sides 256 1024 2048]   # measure, write JSON, regenerate report
+    python -m copyfix.bench report                    # regenerate docs from results/*.json
 
 Writes results/copy_perf_accuracy_<device>.json (one record per case), then
-docs/PERFORMANCE_ACCURACY.md and docs/copy_perf_<device>.png from every JSON in
-results/. Device times: triton.testing.do_bench (CUDA events, warm-up, median).
-Host cost: wall time per call of a small copy issued back to back, so the device
-queue is not what is measured. Launches and fallbacks are counted with spies,
-and every result is compared bit for bit with torch on the host.
-
-The same command runs unchanged on a KunlunXIN runner (native mode), where it
-produces the P800 table; there aten's strided copy is expected to fail, which is
-recorded per case (aten_error) instead of aborting the run.
+docs/PERFORMANCE_ACCURACY.md and docs/copy_perf_<device>.png.  Device times:
+triton.testing.do_bench; host cost: wall time per call of a small copy issued back to
+back.  Launches and fallbacks are counted with spies, every result compared bit for
+bit with torch on the host.  On a KunlunXIN runner (native mode) aten's strided copy
+is expected to fail: recorded per case (aten_error).
 """
 
 import argparse
@@ -28,18 +23,13 @@ REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "results"
 DOCS = REPO / "docs"
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")
-HOST_SIDE = (
-    64  # a 4K-element copy: the device finishes it long before the host issues the next
-)
+# a 4K-element copy: the device finishes it long before the host issues the next
+HOST_SIDE = 64
 
 
 def _layouts(torch):
-    """The perf matrix's layouts: name -> (side, src dtype, dst dtype, device) -> (dst, src).
-
-    The PR benchmark (benchmark/test_copy_strided.py) runs on upstream's base.py with
-    a contiguous-copy baseline; this harness matrix times aten's own strided copy too,
-    which only a device that has it (the H200) can run.
-    """
+    """The perf matrix's layouts: name -> (side, src dtype, dst dtype, device) -> (dst, src)
+    (aten's own strided copy is timed too, where the device has one)."""
 
     def rand(shape, dtype, device):
         return torch.randn(shape, device=device).to(dtype)
@@ -48,39 +38,23 @@ def _layouts(torch):
         return torch.empty(shape, dtype=dtype, device=device)
 
     return {
-        "contiguous": lambda n, sd, dd, dev: (
-            empty((n, n), dd, dev),
-            rand((n, n), sd, dev),
-        ),
+        "contiguous": lambda n, sd, dd, dev: (empty((n, n), dd, dev), rand((n, n), sd, dev)),
         "expand_row": lambda n, sd, dd, dev: (
-            empty((n, n), dd, dev),
-            rand((n,), sd, dev).expand(n, n),
-        ),
+            empty((n, n), dd, dev), rand((n,), sd, dev).expand(n, n)),
         "sdpa_mask": lambda n, sd, dd, dev: (
             empty((2, 8, n // 4, n // 4), dd, dev),
-            rand((2, 1, 1, n // 4), sd, dev).expand(2, 8, n // 4, n // 4),
-        ),
-        "transpose": lambda n, sd, dd, dev: (
-            empty((n, n), dd, dev),
-            rand((n, n), sd, dev).t(),
-        ),
+            rand((2, 1, 1, n // 4), sd, dev).expand(2, 8, n // 4, n // 4)),
+        "transpose": lambda n, sd, dd, dev: (empty((n, n), dd, dev), rand((n, n), sd, dev).t()),
         "step_slice": lambda n, sd, dd, dev: (
-            empty((n, n), dd, dev),
-            rand((2 * n, 2 * n), sd, dev)[::2, ::2],
-        ),
+            empty((n, n), dd, dev), rand((2 * n, 2 * n), sd, dev)[::2, ::2]),
         "permute4d": lambda n, sd, dd, dev: (
             empty((2, 8, n // 4, n // 4), dd, dev),
-            rand((2, n // 4, 8, n // 4), sd, dev).permute(0, 2, 1, 3),
-        ),
+            rand((2, n // 4, 8, n // 4), sd, dev).permute(0, 2, 1, 3)),
         "composite": lambda n, sd, dd, dev: (
-            empty((n, n), dd, dev),
-            rand((n, 2 * n), sd, dev).t()[::2],
-        ),
+            empty((n, n), dd, dev), rand((n, 2 * n), sd, dev).t()[::2]),
         "strided_dst": lambda n, sd, dd, dev: (
-            empty((n, n), dd, dev).t(),
-            rand((n, n), sd, dev),
-        ),
-    }
+            empty((n, n), dd, dev).t(), rand((n, n), sd, dev)),
+    }  # fmt: skip
 
 
 CAST_LAYOUTS = ["expand_row", "sdpa_mask", "transpose"]
@@ -110,16 +84,13 @@ def _device_slug(torch, mode):
 
 
 COPY_PY = "src/flag_gems/runtime/backend/_kunlunxin/ops/copy.py"
-
-
 # the KunlunXIN op's files: copy.py and the module its Triton path lives in
 OP_FILES = (COPY_PY, COPY_PY.replace("/copy.py", "/strided_copy.py"))
 
 
 def op_identity() -> dict:
-    """Which op was measured: the last commit of its files (git here, or
-    $COPYFIX_OP_COMMIT where the tree travelled without .git) and the sha256 of
-    copy.py itself."""
+    """Which op was measured: the last commit of its files (or $COPYFIX_OP_COMMIT) and
+    copy.py's sha256."""
     import hashlib
 
     from copyfix import provenance
@@ -127,18 +98,6 @@ def op_identity() -> dict:
     commit = provenance.op_commit(*OP_FILES)
     digest = hashlib.sha256((REPO / COPY_PY).read_bytes()).hexdigest()
     return {"op_commit": commit, "op_sha256": digest}
-
-
-def _launch_path(ours) -> str:
-    """Which launch path the last layout copy_ saw takes (after its first copy)."""
-    if not hasattr(ours, "_launches"):  # the op launches through its wrapper
-        return "generated wrapper (LibEntry.run)"
-    entries = list(ours._launches.values())
-    if not entries:
-        return "no Triton launch"
-    if all(e is not None for e in entries):
-        return "fast launch (LibEntry's cached kernel, kernel[grid](*args))"
-    return "generated wrapper (LibEntry.run)"
 
 
 def measure(args):
@@ -156,7 +115,6 @@ def measure(args):
         torch.cuda.get_device_name() if on_device else "CPU (Triton interpreter)"
     )
     layouts = _layouts(torch)
-    cast_layouts = CAST_LAYOUTS
     sides = args.sides or ([64] if mode == "cpu" else [256, 1024, 2048, 3072])
     pairs = [(d, d) for d in FLOAT_DTYPES] + [
         ("float32", "bfloat16"),
@@ -169,16 +127,14 @@ def measure(args):
     out = out_dir / f"copy_perf_accuracy_{slug}.json"
     for src_name, dst_name in pairs:
         sd, dd = getattr(torch, src_name), getattr(torch, dst_name)
-        names = list(layouts) if sd == dd else cast_layouts
+        names = list(layouts) if sd == dd else CAST_LAYOUTS
         for layout in names:
             probe_dst, probe_src = layouts[layout](HOST_SIDE, sd, dd, device)
             aten_host = _aten_or_none(
                 lambda: timer.host_us(lambda: probe_dst.copy_(probe_src))
             )
             with flag_gems.use_gems(include=["copy_"]):
-                getattr(mod, "_launches", {}).clear()
                 gems_host = timer.host_us(lambda: probe_dst.copy_(probe_src))
-                host_path = _launch_path(mod)
             for side in sides:
                 dst, src = layouts[layout](side, sd, dd, device)
                 with (
@@ -197,56 +153,32 @@ def measure(args):
                 aten_ms = _aten_or_none(lambda: timer.device_ms(lambda: dst.copy_(src)))
                 with flag_gems.use_gems(include=["copy_"]):
                     gems_ms = timer.device_ms(lambda: dst.copy_(src))
-                # the launch plan copy_ itself uses (coalesced, src strides broadcast)
-                if hasattr(mod, "_layout"):  # op 847c5a4 and earlier: coalesced
-                    plan = mod._layout(dst.shape, dst.stride(), src.shape, src.stride())
-                    shape, dst_strides, src_strides = plan[3][:3]
-                else:  # the op launches on the views themselves
-                    shape, dst_strides = dst.shape, dst.stride()
-                    src_strides = src.expand(dst.shape).stride()
-                # the strided path's kernel (copy_slice's config since op 0b98bf2)
-                direct = mod._copy_kernel if hasattr(mod, "_layout") else mod.copy_slice
-                kernel = direct.instantiate(len(shape))
-                dv = dst.as_strided(shape, dst_strides)
-                sv = src.as_strided(shape, src_strides)
-                direct_ms = timer.device_ms(lambda: kernel(sv, out0=dv))
+                # the strided path's kernel on the views themselves (src broadcast)
+                kernel = mod.copy_slice.instantiate(dst.dim())
+                sv = src.as_strided(dst.shape, src.expand(dst.shape).stride())
+                direct_ms = timer.device_ms(lambda: kernel(sv, out0=dst))
                 numel = dst.numel()
                 moved = numel * (src.element_size() + dst.element_size())
-                records.append(
-                    {
-                        "mode": mode,
-                        "device": device_name,
-                        "versions": versions,
-                        "layout": layout,
-                        "src_shape": list(src.shape),
-                        "src_stride": list(src.stride()),
-                        "dst_shape": list(dst.shape),
-                        "dst_stride": list(dst.stride()),
-                        "src_dtype": src_name,
-                        "dst_dtype": dst_name,
-                        "numel": numel,
-                        "aten_ms": aten_ms["value"],
-                        "aten_error": aten_ms["error"],
-                        "gems_ms": gems_ms,
-                        "direct_ms": direct_ms,
-                        "aten_host_us": aten_host["value"],
-                        "gems_host_us": gems_host,
-                        "host_launch_path": host_path,
-                        **op,
-                        "host_probe_numel": probe_dst.numel(),
-                        "gbps": moved / (gems_ms * 1e-3) / 1e9,
-                        "launches": len(paths.ranks),
-                        "fallbacks": paths.fallbacks,
-                        "rank_after_coalescing": paths.ranks[0]
-                        if paths.ranks
-                        else None,
-                        "bit_exact": bit_exact,
-                    }
-                )
+                ranks = paths.ranks
+                records.append({
+                    "mode": mode, "device": device_name, "versions": versions,
+                    "layout": layout,
+                    "src_shape": list(src.shape), "src_stride": list(src.stride()),
+                    "dst_shape": list(dst.shape), "dst_stride": list(dst.stride()),
+                    "src_dtype": src_name, "dst_dtype": dst_name, "numel": numel,
+                    "aten_ms": aten_ms["value"], "aten_error": aten_ms["error"],
+                    "gems_ms": gems_ms, "direct_ms": direct_ms,
+                    "aten_host_us": aten_host["value"], "gems_host_us": gems_host,
+                    "host_launch_path": "generated wrapper (LibEntry.run)", **op,
+                    "host_probe_numel": probe_dst.numel(),
+                    "gbps": moved / (gems_ms * 1e-3) / 1e9,
+                    "launches": len(ranks), "fallbacks": paths.fallbacks,
+                    "rank_after_coalescing": ranks[0] if ranks else None,
+                    "bit_exact": bit_exact,
+                })  # fmt: skip
                 r = records[-1]
-                out.write_text(
-                    json.dumps(records, indent=1) + "\n"
-                )  # a cut-off run keeps its rows
+                # (a cut-off run keeps its rows)
+                out.write_text(json.dumps(records, indent=1) + "\n")
                 print(
                     f"{layout:11s} {src_name}->{dst_name} n={numel:9d} rank={r['rank_after_coalescing']} "
                     f"launches={r['launches']} fallbacks={r['fallbacks']} exact={bit_exact} "
@@ -257,12 +189,10 @@ def measure(args):
     print(f"wrote {out}")
     if on_device:
         report()
-    bad = [
-        r
-        for r in records
-        if not (r["launches"] == 1 and r["fallbacks"] == 0 and r["bit_exact"])
-    ]
-    return 1 if bad else 0
+    ok = all(
+        r["launches"] == 1 and not r["fallbacks"] and r["bit_exact"] for r in records
+    )
+    return 0 if ok else 1
 
 
 def _aten_or_none(fn):
@@ -279,6 +209,10 @@ def _aten_or_none(fn):
 
 def _fmt(v, spec=".4f"):
     return "n/a" if v is None else format(v, spec)
+
+
+def _over(a, b):
+    return "n/a" if b is None else f"{a / b:.2f}"
 
 
 def report():
@@ -320,16 +254,14 @@ def report():
             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for r in records:
-            ratio = (
-                "n/a" if r["aten_ms"] is None else f"{r['gems_ms'] / r['aten_ms']:.2f}"
-            )
+            ratio = _over(r["gems_ms"], r["aten_ms"])
             lines.append(
                 f"| {r['layout']} | {r['src_dtype']}→{r['dst_dtype']} | {r['numel']} | "
                 f"{r['rank_after_coalescing']} | {r['launches']} | {r['fallbacks']} | "
                 f"{_fmt(r['aten_ms'])} | {r['gems_ms']:.4f} | {r['direct_ms']:.4f} | {ratio} | "
                 f"{r['gbps']:.0f} | {'yes' if r['bit_exact'] else '**NO**'} |"
             )
-        host = {}
+        host = {}  # (the first record of each layout and dtypes)
         for r in records:
             host.setdefault((r["layout"], r["src_dtype"], r["dst_dtype"]), r)
         ops = sorted({(r.get("op_commit") or "unknown")[:7] for r in records})
@@ -344,11 +276,7 @@ def report():
             "|---|---|---:|---:|---:|",
         ]
         for (layout, sd, dd), r in host.items():
-            ratio = (
-                "n/a"
-                if r["aten_host_us"] is None
-                else f"{r['gems_host_us'] / r['aten_host_us']:.2f}"
-            )
+            ratio = _over(r["gems_host_us"], r["aten_host_us"])
             lines.append(
                 f"| {layout} | {sd}→{dd} | {_fmt(r['aten_host_us'], '.1f')} | {r['gems_host_us']:.1f} | {ratio} |"
             )
@@ -382,19 +310,11 @@ def _plot(records, slug):
     xs = range(len(rows))
     fig, ax = plt.subplots(figsize=(10, 4))
     width = 0.27
-    for i, (key, label) in enumerate(
-        (
-            ("aten_ms", "aten copy_"),
-            ("gems_ms", "flag_gems copy_"),
-            ("direct_ms", "direct kernel"),
-        )
-    ):
-        ax.bar(
-            [x + (i - 1) * width for x in xs],
-            [r[key] or 0 for r in rows],
-            width,
-            label=label,
-        )
+    bars = (("aten_ms", "aten copy_"), ("gems_ms", "flag_gems copy_"),
+            ("direct_ms", "direct kernel"))  # fmt: skip
+    for i, (key, label) in enumerate(bars):
+        xi = [x + (i - 1) * width for x in xs]
+        ax.bar(xi, [r[key] or 0 for r in rows], width, label=label)
     ax.set_xticks(list(xs), names, rotation=20)
     ax.set_ylabel("ms (median)")
     ax.set_title(
@@ -412,10 +332,7 @@ def _plot(records, slug):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="copyfix.bench")
     parser.add_argument(
-        "cmd",
-        nargs="?",
-        default="measure",
-        choices=("measure", "report"),
+        "cmd", nargs="?", default="measure", choices=("measure", "report")
     )
     parser.add_argument("--sides", type=int, nargs="*")
     args = parser.parse_args(argv)

@@ -1,17 +1,12 @@
-"""Stand-ins for upstream FlagGems' ``benchmark/base.py``, ``consts.py`` and ``utils.py``.
+"""Stand-ins for upstream FlagGems' ``benchmark/base.py``, ``consts.py`` and ``utils.py``
+(harness only; not in the wheel, and their text must not be copied here).
 
-Harness only.  The PR benchmark file imports ``from . import base, consts, utils`` as
-every upstream benchmark does; those modules are not in the PyPI wheel, and their text
-must not be copied here.  :mod:`copyfix.pytest_plugin` registers these namespaces as
-``benchmark.base`` / ``benchmark.consts`` / ``benchmark.utils`` when the repository has
-no ``benchmark/base.py``, so ``make test`` runs the PR benchmark file.
-
-What they keep of upstream's behaviour (main, 2026-08-21), the part that matters on
-KunlunXIN: ``Benchmark.run()`` times ``torch_op`` *outside* ``use_gems`` as the baseline
-(``latency_base``), then ``gems_op`` if ``set_gems`` gave one, else ``torch_op`` under
-``use_gems``.  So a baseline that is aten's strided copy meets the device model exactly
-as it would meet the XPU.  Timing is a few wall-clock repeats (the emulation's figures
-are not performance figures); ``make upstream-ci`` runs upstream's real ``base.py``.
+:mod:`copyfix.pytest_plugin` registers them as ``benchmark.base`` / ``.consts`` /
+``.utils`` when the repository has no ``benchmark/base.py``.  As upstream's (main,
+2026-08-21), ``Benchmark.run()`` times ``torch_op`` outside ``use_gems`` as the
+baseline, then ``gems_op`` if ``set_gems`` gave one, else ``torch_op`` under
+``use_gems``: a baseline of aten's strided copy meets the device model as on the XPU.
+Timing is a few wall-clock repeats; ``make upstream-ci`` runs upstream's real base.py.
 """
 
 import time
@@ -36,9 +31,8 @@ def generate_tensor_input(shape, dtype, device):
     if dtype is torch.bool:
         return torch.randint(0, 2, shape, dtype=dtype, device="cpu").to(device)
     info = torch.iinfo(dtype)
-    return torch.randint(info.min, info.max, shape, dtype=dtype, device="cpu").to(
-        device
-    )
+    t = torch.randint(info.min, info.max, shape, dtype=dtype, device="cpu")
+    return t.to(device)
 
 
 utils = types.SimpleNamespace(generate_tensor_input=generate_tensor_input)
