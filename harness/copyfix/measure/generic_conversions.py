@@ -480,19 +480,11 @@ CPU_NOTE = (
 )
 
 
-# The environment variable that names an op's commit where the tree has no .git
-OP_COMMIT_ENV = {
-    "copy_": "COPYFIX_OP_COMMIT",
-    "to_copy": "COPYFIX_TO_COPY_COMMIT",
-    "kunlunxin_to_copy": "COPYFIX_KUNLUNXIN_TO_COPY_COMMIT",
-}
-
-
 def _op_commit(op: str = "copy_") -> str | None:
-    """The last commit that changed the op's file (its OP_COMMIT_ENV variable first)."""
-    return provenance.op_commit(
-        f"src/flag_gems/{OPS[op].relpath}", env=OP_COMMIT_ENV[op]
-    )
+    """The last commit that changed the op's file (where the tree has no .git: the
+    environment's COPYFIX_OP_COMMIT, COPYFIX_TO_COPY_COMMIT, ...)."""
+    env = "COPYFIX_OP_COMMIT" if op == "copy_" else f"COPYFIX_{op.upper()}_COMMIT"
+    return provenance.op_commit(f"src/flag_gems/{OPS[op].relpath}", env=env)
 
 
 def setup(mode: str, op: str = "copy_") -> str:

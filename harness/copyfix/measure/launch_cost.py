@@ -134,7 +134,7 @@ def _check_integration(backend: str) -> None:
         )
 
 
-def measure(backend: str, calls: int, rounds: int, profile: bool = False):
+def measure(backend: str, calls: int, rounds: int):
     if backend == "nvidia":
         os.environ["GEMS_VENDOR"] = "nvidia"
         mode = "native nvidia"
@@ -147,7 +147,7 @@ def measure(backend: str, calls: int, rounds: int, profile: bool = False):
 
     import flag_gems
     from copyfix.measure.base_twins import GENERIC, KUNLUNXIN, base_twins, swapped
-    from copyfix.measure.timing import Timer, profiled
+    from copyfix.measure.timing import Timer
     from flag_gems.utils import launch_cache
 
     on_device = torch.cuda.is_available()
@@ -221,10 +221,6 @@ def measure(backend: str, calls: int, rounds: int, profile: bool = False):
                         "bit_exact_vs_eager": exact, "after_hits": hit,
                         "after_and_off_bit_exact_vs_before": same,
                         "before_ran_base_code": bool(base_used)})  # fmt: skip
-        if profile:  # where an "after" call's host time goes (inflated)
-            with after():
-                text = profiled(lambda: [fn() for _ in range(3000)], 18)
-            print(f"--- profile of 3000 after-calls of {name}\n{text}", flush=True)
         print(f"{backend:20s} {name:26s} eager {row['eager']:7.1f}  before "
               f"{row['before']:7.1f}  after {row['after']:7.1f}  off {row['cache_off']:7.1f}"
               f"  exact {exact}", flush=True)  # fmt: skip
@@ -387,13 +383,12 @@ def main(argv=None) -> int:
     add("--out", type=Path, required=True)
     add("--calls", type=int, default=300)
     add("--rounds", type=int, default=15)
-    add("--profile", action="store_true", help="cProfile each op's after-path")
     add("--processes", type=int, default=1, help="fresh worker processes, combined")
     args = parser.parse_args(argv)
     if args.processes > 1:
         rows, run = _in_processes(args)
     else:
-        rows, run = measure(args.backend, args.calls, args.rounds, args.profile)
+        rows, run = measure(args.backend, args.calls, args.rounds)
     commit = _op_commit()
     data = records.update(
         args.out, lambda data: with_run(data, args.backend, rows, run, commit)

@@ -28,9 +28,7 @@ from copyfix import records
 from copyfix.measure.launch_cost import _op_commit, bounds
 
 
-def measure(
-    rounds: int = 6, cap: int = 16, progress=print, profile: bool = False
-) -> dict:
+def measure(rounds: int = 6, cap: int = 16, progress=print) -> dict:
     from unittest import mock
 
     dry = bool(os.environ.get("COPYFIX_MISS_DRY"))  # the plumbing, in cpu mode
@@ -45,7 +43,6 @@ def measure(
     import triton
 
     import flag_gems
-    from copyfix.measure.timing import profiled
     from flag_gems.utils import launch_cache
 
     device = "cpu" if dry else "cuda"
@@ -146,15 +143,6 @@ def measure(
             "off": [round(statistics.median(v), 2) for v in by_index[False]],
         }
         progress(f"by call index {json.dumps(out['by_call_index_us'])}")
-        if profile:
-            ws = fresh(200)
-            for w in ws:
-                view(w)
-                for _ in range(launch_cache.ADMIT_AFTER):
-                    add(w)
-            sync()
-            text = profiled(lambda: [*map(add, ws), sync()], 25)  # the recording calls
-            progress("recording calls, cProfile:\n" + text)
         # the cache's own work on a first sighting (key, remembering the signature),
         # around a call that launches nothing: the part of all_new's on column that
         # the cache adds
@@ -225,14 +213,12 @@ def main(argv=None) -> int:
     add("--out", type=Path, required=True)
     add("--rounds", type=int, default=6)
     add("--cap", type=int, default=16)
-    add("--profile", action="store_true", help="cProfile of recording calls")
     add("--section-into", type=Path, help="also write 'misses' into launch_cost's JSON")
     args = parser.parse_args(argv)
     record = measure(
         args.rounds,
         args.cap,
         progress=lambda m: print(time.strftime("%T"), m, flush=True),
-        profile=args.profile,
     )
     record["date"] = records.date()
     records.write(args.out, record)

@@ -58,18 +58,3 @@ class Timer:
                     times[name].append((time.perf_counter() - t0) / calls * 1e6)
                     sync()
         return {name: statistics.median(t) for name, t in times.items()}
-
-
-def profiled(fn, top: int) -> str:
-    """cProfile of ``fn()`` (so inflated): the ``top`` functions by own time."""
-    import cProfile
-    import io
-    import pstats
-
-    prof = cProfile.Profile()
-    prof.enable()
-    fn()
-    prof.disable()
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
-    return out.getvalue()
