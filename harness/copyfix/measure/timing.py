@@ -23,17 +23,16 @@ class Timer:
     def host_us(self, fn, calls=300):
         """Median over 5 rounds of wall time per call, calls issued back to back."""
         sync = self.torch.cuda.synchronize if self.on_device else (lambda: None)
+        calls = calls if self.on_device else 3
         for _ in range(20):
             fn()
         sync()
         rounds = []
         for _ in range(5):
             t0 = time.perf_counter()
-            for _ in range(calls if self.on_device else 3):
+            for _ in range(calls):
                 fn()
-            rounds.append(
-                (time.perf_counter() - t0) / (calls if self.on_device else 3) * 1e6
-            )
+            rounds.append((time.perf_counter() - t0) / calls * 1e6)
             sync()
         return statistics.median(rounds)
 
