@@ -1,8 +1,6 @@
-"""copyfix.measure.floors, the launch floors the host-cost targets are set against,
-run on the host: their kernels compile and launch through the same
-``CompiledKernel.run`` calling convention (the emulation's stand-in in cpu mode), and
-compute what they claim.  Their torch.library ops are registered on the CUDA key; in cpu
-mode only the registration is checked, the op bodies are called directly."""
+"""copyfix.measure.floors on the host: the kernels launch through ``CompiledKernel.run``
+(the emulation's stand-in in cpu mode) and compute what they claim; of the CUDA-key
+torch.library ops only the registration is checked, their bodies called directly."""
 
 import pytest
 
