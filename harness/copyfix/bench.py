@@ -270,7 +270,7 @@ def report():
             "",
             f"Host cost per call ({HOST_SIDE}x{HOST_SIDE} copies), of op "
             f"{', '.join(f'`{o}`' for o in ops)} (launch path: {'; '.join(paths)}). "
-            "The host cost of later ops is in the PR 3 section below.",
+            "The host cost of later ops is in the PR 7 section below.",
             "",
             "| layout | dtypes | aten µs | gems µs | gems/aten |",
             "|---|---|---:|---:|---:|",
@@ -283,7 +283,7 @@ def report():
         png = _plot(records, f.stem.replace("copy_perf_accuracy_", ""))
         if png:
             lines += ["", f"![time per layout]({png.name})"]
-    # (PR 3: the host cost of every op; a Llama decode end to end)
+    # (PR 7: the host cost of every op; a Llama decode end to end)
     from copyfix.measure import decode, launch_cost
 
     lines += launch_cost.report_lines()

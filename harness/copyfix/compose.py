@@ -6,7 +6,7 @@ Harness file (not part of the upstream PR). Called by hatch_build.py for
 1. find the base: $FLAGGEMS_BASE (a FlagGems checkout, or a directory holding
    flag_gems/) or else the flag-gems==5.0.2 that [build-system] installed;
 2. check that every base file an overlay file replaces, or an overlay patch
-   (``<file>.patch``, a unified diff: the few call-site lines PR 3 adds to
+   (``<file>.patch``, a unified diff: the few call-site lines PR 7 adds to
    upstream's pointwise_dynamic.py) edits, is a known pre-image
    ([tool.copyfix.preimages] in pyproject.toml), and stop naming the file and
    both hashes if not. An overlay file whose base file is instead one of upstream's

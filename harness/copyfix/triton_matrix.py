@@ -9,9 +9,9 @@ torch and the composed ``flag_gems`` included, through ``.venv``'s site-packages
 
 1. ``import flag_gems`` under the cpu emulation, for the base alone (the composed
    package with every pre-image put back, ``compose.decompose``) and for the
-   composition; both must import, as PR 3 must not change whether FlagGems imports;
+   composition; both must import, as PR 7 must not change whether FlagGems imports;
 2. the tests of :func:`test_files`: PR 1's, PR 2's and PR 4's PR tests and the tests of
-   the cache's off path everywhere, and PR 3's tests (PR and harness) where the cache
+   the cache's off path everywhere, and PR 7's tests (PR and harness) where the cache
    is active (every version it drives: 3.0-3.6).
 
 Each run writes its record, ``{triton, base_import, overlay_import, cache_active,
@@ -128,7 +128,7 @@ def import_check(python: Path) -> dict:
     return results
 
 
-# The files whose last commit a record names as its op: PR 3 (the cache and its call
+# The files whose last commit a record names as its op: PR 7 (the cache and its call
 # sites) and the ops whose PR tests the matrix runs.
 OP_FILES = (
     "src/flag_gems/utils/launch_cache.py",
@@ -210,7 +210,7 @@ def main(argv=None) -> int:
         print(f"triton {version}: " + " ".join(cmd[1:]), flush=True)
         rc = subprocess.run(cmd, cwd=REPO, env=_clean_env()).returncode
         counts = _counts(junit)
-    off = "the cache is off on this Triton: its PR 3 tests are not run"
+    off = "the cache is off on this Triton: its PR 7 tests are not run"
     _write(record(version, imports, counts, None if cache_active else off), out)
     return rc
 

@@ -1,4 +1,4 @@
-"""Measurements of PR 3 (the launch cache) and of the conversions of PR 2 and PR 4.
+"""Measurements of PR 7 (the launch cache) and of the conversions (the generic PR 5, the KunlunXIN PR 2).
 
 :mod:`.base_twins` (the base's own ``pointwise_dynamic``: "before"), :mod:`.timing`,
 :mod:`.floors` (the launch floors); :mod:`.launch_cost` (host µs per call,

@@ -1,11 +1,11 @@
-"""The base's own ``pointwise_dynamic`` (without PR 3), beside the composed one.
+"""The base's own ``pointwise_dynamic`` (without PR 7), beside the composed one.
 
 :func:`base_twins` loads the pre-image the composition keeps under
 ``flag_gems/_overlay_preimages/`` and builds, for every ``PointwiseDynamicFunction``
 an imported FlagGems module holds as a global, a twin of the base class (same schema,
-scalar function, config); the functions of op modules PR 3 patches (``ops/where.py``)
+scalar function, config); the functions of op modules PR 6 patches (``ops/where.py``)
 are their pre-image's.  :func:`swapped` puts the twins in place within a ``with``
-block, so one process times the same op before and after PR 3.
+block, so one process times the same op before and after PR 7.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _kept_dir() -> Path:
 def _load_preimage(module_name: str, relative: str | None = None):
     kept = _kept_dir() / (relative or _PREIMAGE[module_name])
     if not kept.is_file():
-        raise RuntimeError(f"{kept} missing: this flag_gems is not a PR 3 composition")
+        raise RuntimeError(f"{kept} missing: this flag_gems is not a PR 7 composition")
     name = "copyfix_base_" + module_name.replace(".", "_")
     if name in sys.modules:
         return sys.modules[name]

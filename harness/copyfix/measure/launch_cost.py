@@ -1,4 +1,4 @@
-"""Host cost per call of FlagGems pointwise ops, before and after PR 3's launch cache.
+"""Host cost per call of FlagGems pointwise ops, before and after PR 7's launch cache.
 
     python -m copyfix.measure.launch_cost nvidia --out results/launch_cache_h200.json
     python -m copyfix.measure.launch_cost kunlunxin-emulated --out results/launch_cache_h200.json
@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[3]
 SIDE = 64
 
 
-# PR 3: the cache and its call sites (the generic pointwise_dynamic)
+# PR 7: the cache and its call sites (the generic pointwise_dynamic)
 PR3_FILES = (
     "src/flag_gems/utils/launch_cache.py",
     "src/flag_gems/utils/pointwise_dynamic.py.patch",
@@ -43,7 +43,7 @@ PR3_FILES = (
 
 
 def _op_commit() -> str | None:
-    """The last commit of the files timed (PR 3, and the PR 1/2 ops of copy_ and .to())."""
+    """The last commit of the files timed (PR 7, and the copy_ and .to() ops of PRs 1, 2 and 5)."""
     kx = "src/flag_gems/runtime/backend/_kunlunxin/ops/"
     return provenance.op_commit(
         *PR3_FILES, "src/flag_gems/ops/where.py.patch", "src/flag_gems/ops/copy.py",
@@ -405,7 +405,7 @@ def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> li
     s = data["summary"]
     lines = [
         "",
-        f"## Host cost per call, before and after PR 3 (`results/{path.name}`)",
+        f"## Host cost per call, before and after PR 7 (`results/{path.name}`)",
         "",
     ]
     for backend, run in data["runs"].items():
@@ -424,7 +424,7 @@ def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> li
     lines += [
         f"- op `{(data.get('op_commit') or 'unknown')[:12]}`, {data.get('date', '')}. "
         "eager: torch without FlagGems; before: the base's own `pointwise_dynamic` "
-        "and `where.py` (no PR 3), same process; after: PR 3, cache on; cache off: PR 3 with "
+        "and `where.py` (no PR 6 or 7), same process; after: PRs 6 and 7, cache on; cache off: PR 7 with "
         "`FLAGGEMS_LAUNCH_CACHE` off. µs per call, 64x64 fp32, calls back to back.",
         "",
         "| backend | op | eager µs | before µs | after µs | cache off µs "
@@ -484,7 +484,7 @@ def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> li
         lines.append(f"Calls that do not hit, cached/uncached (same start): {each}.")
     for base, t in data.get("upstream_tests", {}).items():
         lines.append(
-            f"Upstream tests with PR 3, {base}: {t['passed']} passed, {t['failed']} failed, "
+            f"Upstream tests with PR 7, {base}: {t['passed']} passed, {t['failed']} failed, "
             f"{t['skipped']} skipped ({len(t['files'])} files)."
         )
     return lines + starts_lines(data)

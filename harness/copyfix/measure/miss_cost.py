@@ -1,4 +1,4 @@
-"""PR 3's launch cache on misses: what calls that do not hit cost, cache on vs off.
+"""PR 7's launch cache on misses: what calls that do not hit cost, cache on vs off.
 
     python -m copyfix.measure.miss_cost --out results/launch_cache_misses_h200.json
 
@@ -161,7 +161,7 @@ def measure(rounds: int = 6, cap: int = 16, progress=print) -> dict:
         out["first_sighting_added_us"] = round(((t1 - t0) - (t2 - t1)) / 1000 * 1e6, 2)
         progress(f"first sighting adds {out['first_sighting_added_us']} us")
     return {
-        "what": "PR 3 launch cache, calls that do not hit: cache on vs off, same process, "
+        "what": "PR 7 launch cache, calls that do not hit: cache on vs off, same process, "
         "alternating rounds, torch.add of (64, 64) fp32 views with row stride w "
         "(a signature per w) under use_gems, stock NVIDIA backend",
         "op_commit": _op_commit(),
