@@ -1,12 +1,7 @@
-"""PR 2: the generic copy_ (flag_gems/ops/copy.py) converts every dtype pair as torch does.
-
-Calls the generic op directly (in this repository ``use_gems`` dispatches to the
-kunlunxin op), over every (src, dst) pair of copyfix.measure.generic_conversions.DTYPES, three
-layouts (contiguous, transpose, expand) and the edge values of each source dtype, and
-compares bit for bit with torch's copy_ on the same tensors (NaN by class; the float ->
-integer conversions C leaves undefined are not compared: see that module).  The
-pre-image op (the base file the overlay replaces) must differ on the four cases the fix
-is for (``generic_conversions.issue_cases``), so these tests fail without it.
+"""PR 2: the generic copy_ (flag_gems/ops/copy.py), called directly, converts every
+dtype pair of generic_conversions over three layouts bit for bit as torch's copy_ (NaN
+by class, C-undefined float -> int excluded); the pre-image must differ on the issue
+cases, so these tests fail without the PR.
 """
 
 import contextlib

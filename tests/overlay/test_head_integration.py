@@ -1,19 +1,8 @@
-"""PR 1 on upstream's head KunlunXIN copy.py (the tle_copy era): the head-like tree.
-
-The tree is FlagGems main of 2026-08-21 (the base this suite runs over when it is main,
-else a ``git archive`` of the mirror named by COPYFIX_MAIN_GIT; 5.0.2's slice_scatter
-imports ``copy_slice`` from copy.py, which the head file no longer has) with upstream's two later
-files from ``.upstream/later/`` (sha256 checked), the one named adaptation of
-``copyfix.upstream.later.ADAPTATIONS``, and PR 1 applied by ``export.apply_pr``: on
-that copy.py it applies ``copy.py.head.patch``, not our whole file.  PR 1's own tests
-(``tests/test_copy_ops.py``) then run on it, kernels executed in cpu mode.
-
-The later files are upstream code: never committed here, and CI cannot fetch them.  The
-two tests that need them are marked ``head_tree``, which ``make test`` deselects (pytest
-reports them as deselected) and ``make test-head`` runs (where the files are absent
-they fail, as every skip does in this repository).  CI still runs the shared module's
-every entry point through the fork's copy.py, and
-``test_head_patch_calls_only_what_the_shared_module_defines`` runs everywhere.
+"""PR 1 on upstream's head KunlunXIN copy.py (the tle_copy era): FlagGems main with
+upstream's later files (.upstream/later/, sha256 checked, never committed), the named
+adaptation, and PR 1 applied by export.apply_pr (copy.py.head.patch); PR 1's own tests
+then run on it in cpu mode.  The two tests needing the later files are marked
+head_tree (deselected by ``make test``, run by ``make test-head``).
 """
 
 import ast

@@ -1,12 +1,6 @@
-"""The KunlunXIN PRs of the stack one at a time: base flag_gems with PRs 1 to k
-applied (their stage patches of copy.py and strided_copy.py, their whole files), each
-in a fresh process under the cpu emulation and the XPU fault.
-
-* PR k's own tests (those it appends to upstream's tests/test_copy.py) fail on the
-  tree of PRs 1 to k-1 and pass, with every earlier PR's, on the tree of PRs 1 to k;
-* PR 1 alone: every layout x dtype pair of the KunlunXIN copy_ tests is bit-exact, or
-  (the conversions it declines) reaches aten's missing strided copy as a strided
-  source does on the base: never a wrong value, never a toolchain failure.
+"""The KunlunXIN PRs one at a time (base plus PRs 1..k, each in a fresh process under
+the cpu emulation and the XPU fault): PR k's own tests fail on PRs 1..k-1 and pass on
+1..k; PR 1 alone is bit-exact or reaches aten's strided copy, never a wrong value.
 """
 
 import ast

@@ -1,18 +1,7 @@
-"""_to_copy (Tensor.to, .bool(), .half(), ...) converts as torch does (harness tests).
-
-Both ops the overlay replaces: the generic ``flag_gems/ops/to.py`` (PR 2, which shares
-copy_'s conversion kernels) and the KunlunXIN ``_kunlunxin/ops/to.py`` (PR 4).
-
-* The PR tests (``tests/test_copy_dtype_conversions.py -k to_copy`` and
-  ``tests/test_to_copy_conversions.py``) call ``.to()`` under ``flag_gems.use_gems()``,
-  which here dispatches the KunlunXIN op.  A ``.to()`` that does not reach it would
-  still be right: aten's ``_to_copy`` copies through FlagGems' ``copy_``.  So a spy on
-  the op's kernel choice proves they reach it, and the PR tests run once more with the
-  pre-image's kernel (the identity kernel for every pair) and must fail.
-* The generic op is dispatched for ``aten::_to_copy`` on the device's key (``use_gems``
-  registers the KunlunXIN op here: the generic one is registered over it, alone or inside
-  ``use_gems``), and checked over every dtype pair and layout of
-  copyfix.measure.generic_conversions against torch's own ``Tensor.to``.
+"""_to_copy (Tensor.to, .bool(), ...) converts as torch does: the generic
+flag_gems/ops/to.py (PR 2) and the KunlunXIN _kunlunxin/ops/to.py (PR 4).  A spy on the
+kernel choice proves the PR tests reach the KunlunXIN op and fail with the pre-image's
+kernel; the generic op is dispatched for aten::_to_copy and checked against torch.
 """
 
 import contextlib

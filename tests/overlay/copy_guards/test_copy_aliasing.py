@@ -48,127 +48,6 @@ def test_copy_alias_empty_destination(views):
     gh.assert_bit_exact(x, cpu, "empty destination")
 
 
-def _copy_within_one_buffer(make, cpu, snapshot, what):
-    """dst, src = make(buffer), copied on the device against torch's copy on the host
-    with every element reading its old value; a snapshot launch first or none."""
-    x = cpu.to(gh.DEVICE, copy=True)
-    dst, src = make(x)
-    with gh.track_paths() as paths:
-        gh.gems_copy_(dst, src)
-    ref = cpu.clone()
-    ref_dst, ref_src = make(ref)
-    ref_dst.copy_(ref_src.clone())
-    assert paths.fallbacks == 0
-    assert paths.launches == gh.expected_launches(dst, src, snapshot)
-    gh.assert_bit_exact(x, ref, what)
-
-
-_ALIAS_WITHOUT_ERROR = {
-    # x[:, ::2] <- x[:, 1::2]: one storage, disjoint elements, interleaved bytes
-    "interleaved": lambda x: (x[:, ::2], x[:, 1::2]),
-    # x[0, :6] <- x[:, 0]: one element shared, the source not dense; torch cannot
-    # classify that overlap and copies without an error
-    "row_from_column": lambda x: (x[0, :6], x[:, 0]),
-}
-
-
-@pytest.mark.copy_
-@pytest.mark.parametrize("views", list(_ALIAS_WITHOUT_ERROR))
-def test_copy_alias_without_error(views):
-    # the byte ranges overlap, the source is not dense: it is read whole first
-    _copy_within_one_buffer(
-        _ALIAS_WITHOUT_ERROR[views], torch.randn(6, 8), snapshot=True, what=views
-    )
-
-
-@pytest.mark.copy_
-@pytest.mark.parametrize("step", [1, 2], ids=["dense", "strided"])
-@pytest.mark.parametrize(
-    "dst_rows, src_rows",
-    [(2, 0), (0, 2), (3, 0), (0, 3)],
-    ids=["up", "down", "up_with_gap", "down_with_gap"],
-)
-def test_copy_alias_disjoint_halves_need_no_snapshot(step, dst_rows, src_rows):
-    # x[2:4, ::step] <- x[0:2, ::step] and back, touching or not: one buffer,
-    # disjoint bytes: no error, one launch
-    cpu = torch.randn(5, 6)
-    x = cpu.to(gh.DEVICE, copy=True)
-
-    def views(t):
-        return t[dst_rows : dst_rows + 2, ::step], t[src_rows : src_rows + 2, ::step]
-
-    with gh.track_paths() as paths:
-        gh.gems_copy_(*views(x))
-    ref = cpu.clone()
-    (lambda d, s: d.copy_(s))(*views(ref))
-    assert paths.fallbacks == 0
-    assert paths.launches == gh.expected_launches(*views(x))  # no snapshot launch
-    gh.assert_bit_exact(x, ref, "disjoint halves")
-
-
-@pytest.mark.copy_
-@pytest.mark.parametrize(
-    "n, dst_start, src_start, snapshot",
-    [(9, 4, 0, True), (9, 0, 4, True), (10, 0, 5, False), (10, 5, 0, False)],
-    ids=["one-shared-dst-after", "one-shared-src-after", "touching", "touching-rev"],
-)
-def test_copy_alias_strided_views_read_first_only_when_sharing(
-    n, dst_start, src_start, snapshot
-):
-    # x[a:a+5:2] <- x[b:b+5:2]. Sharing only one element (src's last is dst's first,
-    # or the reverse) is still an overlap: src is read whole before anything is
-    # written (a snapshot launch, then the copy). One view starting right after the
-    # other's last element is no overlap: one launch.
-    cpu = torch.randn(n)
-    x = cpu.to(gh.DEVICE, copy=True)
-    dst, src = x[dst_start : dst_start + 5 : 2], x[src_start : src_start + 5 : 2]
-    with gh.track_paths() as paths:
-        gh.gems_copy_(dst, src)
-    ref = cpu.clone()
-    ref[dst_start : dst_start + 5 : 2] = cpu[src_start : src_start + 5 : 2].clone()
-    assert paths.fallbacks == 0
-    assert paths.launches == gh.expected_launches(dst, src, snapshot)
-    gh.assert_bit_exact(x, ref, f"x[{dst_start}::2] <- x[{src_start}::2]")
-
-
-@pytest.mark.copy_
-def test_copy_alias_overlapping_views_read_before_write():
-    # Overlap torch cannot classify (non-dense views): we read all of src first.
-    cpu = torch.randn(5, 9)
-    x = cpu.to(gh.DEVICE, copy=True)
-    with gh.track_paths() as paths:
-        gh.gems_copy_(x[:, 1:], x[:, :-1])
-    ref = cpu.clone()
-    ref[:, 1:] = cpu[:, :-1].clone()
-    assert paths.fallbacks == 0
-    assert paths.launches == [("copy_slice", 2), ("copy_slice", 2)]  # snapshot, copy
-    gh.assert_bit_exact(x, ref, "shifted alias")
-
-
-@pytest.mark.copy_
-def test_copy_self_alias_is_noop():
-    x = torch.randn(4, 6, device=gh.DEVICE).t()
-    before = x.clone()
-    with gh.track_paths() as paths:
-        gh.gems_copy_(x, x)
-        gh.gems_copy_(x, x[:])  # another view with identical metadata
-    assert paths.launches == [] and paths.fallbacks == 0
-    gh.assert_bit_exact(x, before.cpu(), "self copy")
-
-
-@pytest.mark.copy_
-def test_copy_full_overlap_dtype_view():
-    # Same bytes, same strides, other dtype: torch allows the in-place cast.
-    cpu = (torch.randn(8, 8) * 1000).round()
-    x = cpu.to(gh.DEVICE, copy=True)
-    with gh.track_paths() as paths:
-        gh.gems_copy_(x.view(torch.int32), x)
-    ref = cpu.clone()
-    ref.view(torch.int32).copy_(ref)
-    assert paths.fallbacks == 0 and paths.launches == [("_copy_kernel", 2)]
-    gh.assert_bit_exact(x, ref, "int32 view of itself")
-
-
 # Aliasing and special tensors, each against torch's result or error (destination
 # untouched on an error), cut from 16-element buffers.
 _ALIASING = (
@@ -320,22 +199,6 @@ def test_copy_zero_dim():
     assert dst.item() == 2.5
 
 
-@pytest.mark.copy_
-def test_copy_zero_tensors():
-    z = torch._efficientzerotensor(3, device=gh.DEVICE)
-    expected = gh.torch_error(
-        lambda: torch._efficientzerotensor(3).copy_(torch.ones(3))
-    )
-    with pytest.raises(expected[0]) as err:
-        gh.copy_module().copy_(z, torch.ones(3, device=gh.DEVICE))
-    assert str(err.value) == expected[1]
-    dst = torch.ones(2, 3, device=gh.DEVICE)
-    with gh.track_paths() as paths:
-        gh.copy_module().copy_(dst, torch._efficientzerotensor(3, device=gh.DEVICE))
-    assert paths.launches == [] and paths.fallbacks == 0
-    assert bool((dst.cpu() == 0).all())
-
-
 _READ_FIRST = {
     # name: (views of one 16-float buffer, expected: True, False or "raise")
     "dense_same_span_other_strides": (
@@ -359,6 +222,20 @@ _READ_FIRST = {
     ),
     "non_dense_interleaved": (lambda x: (x[::2], x[1::2]), True),
     "non_dense_one_shared": (lambda x: (x[4:9:2], x[0:5:2]), True),
+    "non_dense_one_shared_back": (lambda x: (x[0:5:2], x[4:9:2]), True),
+    "interleaved_rows": (lambda x: (x.view(4, 4)[:, ::2], x.view(4, 4)[:, 1::2]), True),
+    "row_from_column": (lambda x: (x.view(4, 4)[0], x.view(4, 4)[:, 0]), True),
+    "strided_rows_down": (
+        lambda x: (x.view(4, 4)[2:, ::2], x.view(4, 4)[:2, ::2]),
+        False,
+    ),
+    "strided_rows_up": (
+        lambda x: (x.view(4, 4)[:2, ::2], x.view(4, 4)[2:, ::2]),
+        False,
+    ),
+    "dense_gap": (lambda x: (x[10:], x[:6]), False),
+    "dense_gap_back": (lambda x: (x[:6], x[10:]), False),
+    "non_dense_gap": (lambda x: (x[10::2], x[:6:2]), False),
     "non_dense_touching": (lambda x: (x[5:10:2], x[0:5:2]), False),
     "non_dense_touching_back": (lambda x: (x[0:5:2], x[5:10:2]), False),
     "non_dense_disjoint": (lambda x: (x[8::2], x[:8:2]), False),
@@ -383,39 +260,42 @@ def test_must_read_src_first(case):
         assert must_read_src_first(dst, src) is expected
 
 
+# every copy within one buffer torch accepts (no empty side): a snapshot exactly when
+# the source must be read first, torch's result
+_IN_BUFFER = [
+    c for c, (m, e) in _READ_FIRST.items() if e != "raise" and "empty" not in c
+]
+
+
 @pytest.mark.copy_
-@pytest.mark.parametrize(
-    "case",
-    [
-        "non_dense_interleaved",
-        "non_dense_one_shared",
-        "non_dense_touching",
-        "dense_into_non_dense",
-    ],
-)
+@pytest.mark.parametrize("case", _IN_BUFFER)
 def test_copy_alias_snapshot_is_taken_when_must_read_src_first(case):
     make, snapshot = _READ_FIRST[case]
-    _copy_within_one_buffer(make, torch.randn(16), snapshot, what=case)
+    cpu = torch.randn(16)
+    x = cpu.to(gh.DEVICE, copy=True)
+    dst, src = make(x)
+    with gh.track_paths() as paths:
+        gh.gems_copy_(dst, src)
+    ref = cpu.clone()
+    ref_dst, ref_src = make(ref)
+    ref_dst.copy_(ref_src.clone())  # every element reads its old value
+    assert paths.fallbacks == 0
+    assert paths.launches == gh.expected_launches(dst, src, snapshot)
+    gh.assert_bit_exact(x, ref, case)
 
 
 @pytest.mark.copy_
-def test_copy_into_a_conjugate_view_of_itself_is_not_a_noop():
-    # same memory, same layout, but only dst has the conjugate bit: not the self-alias
-    # no-op (torch writes conj(z) into z's memory); complex goes to aten
-    host = torch.tensor([1 + 2j, -3 - 4j, 5j], dtype=torch.complex64)
-    host.conj().copy_(host)
-    z = torch.tensor([1 + 2j, -3 - 4j, 5j], dtype=torch.complex64, device=gh.DEVICE)
-    gh.copy_module().copy_(z.conj(), z)
-    assert torch.equal(z.cpu(), host)
+@pytest.mark.parametrize("conj", ["dst", "src"])
+def test_copy_between_a_tensor_and_its_conjugate_view_is_not_a_noop(conj):
+    # same memory and layout, one side conjugate: torch writes conj(z) into z's
+    # memory (complex goes to aten)
+    def views(z):
+        return (z.conj(), z) if conj == "dst" else (z, z.conj())
 
-
-@pytest.mark.copy_
-def test_copy_of_a_conjugate_view_into_itself_is_not_a_noop():
-    # the other way round: only src has the conjugate bit
     host = torch.tensor([1 + 2j, -3 - 4j, 5j], dtype=torch.complex64)
-    host.copy_(host.conj())
-    z = torch.tensor([1 + 2j, -3 - 4j, 5j], dtype=torch.complex64, device=gh.DEVICE)
-    gh.copy_module().copy_(z, z.conj())
+    z = host.to(gh.DEVICE, copy=True)
+    (lambda d, s: d.copy_(s))(*views(host))
+    gh.copy_module().copy_(*views(z))
     assert torch.equal(z.cpu(), host)
 
 
