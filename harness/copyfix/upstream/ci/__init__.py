@@ -20,24 +20,22 @@ from __future__ import annotations
 import argparse
 import sys
 
-# (the package's names, as one namespace)
-from copyfix.upstream.ci.environment import (  # noqa: F401
+from copyfix.upstream.ci.environment import (  # noqa: F401  (the package's names)
     DEFAULT_TIMEOUT,
-    REPO,
     TEST_COPY,
     TEST_OP,
     InputError,
     copy_checkout,
-    run_env,
     validate,
 )
-from copyfix.upstream.ci.markdown import render_block, write_docs  # noqa: F401
-from copyfix.upstream.ci.merging import write_results
-from copyfix.upstream.ci.parsing import reason_class, split_runs, sum_runs  # noqa: F401
+from copyfix.upstream.ci.results import render_block, write_docs, write_results  # noqa: F401
 from copyfix.upstream.ci.runs import (  # noqa: F401
     NOT_RUN,
+    reason_class,
     run_base,
     run_test_copy,
+    split_runs,
+    sum_runs,
     test_copy_commands,
 )
 

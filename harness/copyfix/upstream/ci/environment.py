@@ -1,5 +1,4 @@
-"""The checkout, the tools and the environment of upstream-ci's runs: every check before
-anything is copied or run, and the copies themselves (harness)."""
+"""upstream-ci's input checks, the tools and environment of its runs, the copies (harness)."""
 
 from __future__ import annotations
 
@@ -24,16 +23,20 @@ TEST_OP = "tools/test-op.sh"
 TEST_COPY = "tests/test_copy.py"
 # what test-op.sh and pytest need from a checkout (everything else is left behind)
 COPY_DIRS = ("src", "tests", "benchmark", "tools")
-COPY_TOP_FILES = ("pytest.ini", "conftest.py", "pyproject.toml", "setup.py")
-COPY_TOP_FILES += ("setup.cfg", "tox.ini", ".coveragerc")
+COPY_TOP_FILES = (
+    "pytest.ini",
+    "conftest.py",
+    "pyproject.toml",
+    "setup.py",
+    "setup.cfg",
+)
+COPY_TOP_FILES += ("tox.ini", ".coveragerc")
 COVERAGE_SPEC = "coverage==7.10.7"
 PATH_PREPEND_ENV = "UPSTREAM_CI_PATH_PREPEND"
 DEFAULT_TIMEOUT = 1800  # seconds per test-op.sh invocation / pytest run
 
 
 class InputError(SystemExit):
-    """Bad input: exit code 2, ``str()`` is the one-line reason."""
-
     def __init__(self, message: str):
         super().__init__(2)
         self.message = message.splitlines()[0] if message else "bad input"
@@ -43,7 +46,6 @@ class InputError(SystemExit):
 
 
 def validate(args) -> dict:
-    """Every check before anything is copied or run; raises InputError (exit 2)."""
     from copyfix import emulation, export
 
     checkout = Path(args.checkout).expanduser()
@@ -61,11 +63,9 @@ def validate(args) -> dict:
             "no per-PR CI to run"
         )
     names = list(args.pr or export.PRS)
-    unknown = [n for n in names if n not in export.PRS]
-    if unknown:
-        raise InputError(
-            f"unknown PR {', '.join(unknown)} (known: {', '.join(export.PRS)})"
-        )
+    if unknown := [n for n in names if n not in export.PRS]:
+        known = ", ".join(export.PRS)
+        raise InputError(f"unknown PR {', '.join(unknown)} (known: {known})")
     prs = {}
     for name in names:
         pr = export.PRS[name]
@@ -81,11 +81,9 @@ def validate(args) -> dict:
         if args.file:
             files = [f for f in files if f in args.file]
         prs[name] = files
-    if args.file:
-        chosen = {f for fs in prs.values() for f in fs}
-        stray = [f for f in args.file if f not in chosen]
-        if stray:
-            raise InputError(f"--file {stray[0]} is not a file of PR {', '.join(prs)}")
+    chosen = {f for fs in prs.values() for f in fs}
+    if stray := [f for f in args.file or () if f not in chosen]:
+        raise InputError(f"--file {stray[0]} is not a file of PR {', '.join(prs)}")
     if emulation.flag_gems_base(checkout / "src" / "flag_gems") is None:
         raise InputError(
             f"copyfix.emulation does not know the FlagGems base in {checkout} "
@@ -101,10 +99,9 @@ def validate(args) -> dict:
             json.loads(results.read_text())
         except ValueError:
             raise InputError(f"{results} is not JSON; move it away first") from None
-    path = run_path()
     tools = {}
     for tool in ("coverage", "pytest"):
-        found = shutil.which(tool, path=path)
+        found = shutil.which(tool, path=run_path())
         if found is None and importlib.util.find_spec(tool) is None:
             spec = COVERAGE_SPEC if tool == "coverage" else tool
             raise InputError(
@@ -122,22 +119,21 @@ def validate(args) -> dict:
 
 
 def run_path() -> str:
-    """PATH for the runs: this interpreter's bin folder, $UPSTREAM_CI_PATH_PREPEND, PATH."""
-    extra = [p for p in os.environ.get(PATH_PREPEND_ENV, "").split(os.pathsep) if p]
-    rest = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
-    return os.pathsep.join([os.path.dirname(sys.executable), *extra, *rest])
+    """This interpreter's bin folder, $UPSTREAM_CI_PATH_PREPEND, $PATH."""
+    parts = [os.environ.get(k, "") for k in (PATH_PREPEND_ENV, "PATH")]
+    rest = [p for part in parts for p in part.split(os.pathsep) if p]
+    return os.pathsep.join([os.path.dirname(sys.executable), *rest])
 
 
 def make_shims(folder: Path, tools: dict) -> dict:
     """Scripts running this interpreter's module, for each tool with no script on PATH."""
     made = {}
-    for tool, found in tools.items():
-        if found is None:
-            folder.mkdir(parents=True, exist_ok=True)
-            script = folder / tool
-            script.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m {tool} "$@"\n')
-            script.chmod(0o755)
-            made[tool] = str(script)
+    for tool in (t for t, found in tools.items() if found is None):
+        folder.mkdir(parents=True, exist_ok=True)
+        script = folder / tool
+        script.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m {tool} "$@"\n')
+        script.chmod(0o755)
+        made[tool] = str(script)
     return made
 
 
@@ -163,14 +159,13 @@ def _git(*args: str) -> subprocess.CompletedProcess | None:
 
 
 def github_sha() -> str:
-    """This repository's HEAD (test-op.sh only needs 7+ characters)."""
+    """This repository's HEAD (test-op.sh needs 7+ characters)."""
     done = _git("rev-parse", "HEAD")
     sha = done.stdout.strip() if done and done.returncode == 0 else ""
     return sha if len(sha) >= 7 else "0000000upstreamci"
 
 
 def copy_checkout(checkout: Path, dest: Path) -> Path:
-    """What test-op.sh and pytest need from the checkout, under ``dest``."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".git")
     dest.mkdir(parents=True)
     for name in COPY_DIRS:

@@ -1,5 +1,5 @@
-"""The runs: test-op.sh once per PR file, upstream's tests/test_copy.py with and
-without the PR, and the base's section of the results from them (harness)."""
+"""The runs (test-op.sh once per PR file, upstream's tests/test_copy.py with and without
+the PR), what their logs say, and the base's section of the results (harness)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from pathlib import Path
 
 from copyfix import records
 from copyfix.budget import Budget
+from copyfix.records import parse_summary
+from copyfix.upstream import common
 from copyfix.upstream.ci.environment import (
     PATH_PREPEND_ENV,
     PLUGIN,
@@ -30,23 +32,90 @@ from copyfix.upstream.ci.environment import (
     make_shims,
     run_env,
 )
-from copyfix.upstream.ci.parsing import (
-    _clean_tail,
-    _run_record,
-    reason_class,
-    registration_errors,
-    split_runs,
-    sum_runs,
-)
 from copyfix.upstream.common import call, first_line, op_identity, read_out
 
+TAIL = 1500
+COUNTS = ("passed", "failed", "skipped", "errors")
 NOT_RUN = "not run: the --budget for this base was spent"
-ZERO = dict.fromkeys(("passed", "failed", "skipped", "errors", "seconds"), 0)
+ZERO = dict.fromkeys((*COUNTS, "seconds"), 0)
+_FAILURE = re.compile(r"^(FAILED|ERROR) (\S+)(?: - (.*))?$")
+# a pytest command in bash's xtrace of test-op.sh (top level: one '+')
+_TRACED = re.compile(
+    r"^\+ ((?:coverage run .*-m pytest|pytest|python\S* -m pytest)\b.*)$"
+)
+_REGISTRATION = re.compile(r"Skipped registering operator: (.*)$", re.M)
+# Tried first: upstream's benchmark/base.py times with the device's timers, which
+# Triton's interpreter lacks.
+CI_REASON_PATTERNS = (
+    ("emulation-limit", r"'InterpreterDriver' object has no attribute"),
+    *common.REASON_PATTERNS,
+)
+
+
+def reason_class(text: str | None) -> str:
+    return common.reason_class(text, CI_REASON_PATTERNS)
+
+
+def parse_failures(text: str) -> list[dict]:
+    out = []
+    for m in filter(None, map(_FAILURE.match, map(str.rstrip, text.splitlines()))):
+        reason = (m.group(3) or "").strip()
+        outcome = "failed" if m.group(1) == "FAILED" else "error"
+        out.append({"nodeid": m.group(2), "outcome": outcome, "reason": reason[:300]})
+        out[-1]["reason_class"] = reason_class(reason)
+    return out
+
+
+def split_runs(log: str) -> list[dict]:
+    """Each traced pytest command of a test-op.sh log with the text up to the next one
+    (other trace lines left out): its counts and failures."""
+    runs, command, current = [], None, []
+    for line in log.splitlines() + ["+ pytest"]:  # (the sentinel closes the last)
+        m = _TRACED.match(line)
+        if m:
+            if command is not None:
+                runs.append(_run_record(command, "\n".join(current)))
+            command, current = m.group(1), []
+        elif command is not None and not line.startswith("+"):
+            current.append(line)
+    return runs
+
+
+def _run_record(command: str, text: str) -> dict:
+    summary = parse_summary(text) or {}
+    rec = {"command": command, **{k: summary.get(k, 0) for k in COUNTS}}
+    rec["summary"] = summary.get("line")
+    rec["pytest_seconds"] = summary.get("seconds")
+    if not summary:
+        rec["note"] = "no pytest summary line: it stopped before a session summary"
+        rec["last_lines"] = _clean_tail(text, 400)
+    rec["failures"] = parse_failures(text)
+    rec["registration_errors"] = registration_errors(text)
+    return rec
+
+
+def registration_errors(text: str) -> list[str]:
+    """FlagGems' swallowed registration errors, each once (one naming ``copy_``: its
+    copy_ never ran in that session)."""
+    return sorted({m.strip()[:300] for m in _REGISTRATION.findall(text)})
+
+
+def _clean_tail(text: str, n: int = TAIL) -> str:
+    keep = [
+        re.sub(r"([=_!-])\1{9,}", r"\1\1\1", line)  # pytest's rules, COLUMNS wide
+        for line in text.splitlines()
+        if not line.startswith("+") and line.strip() != "warnings.warn("
+    ]
+    return "\n".join(keep)[-n:]
+
+
+def sum_runs(runs: list[dict]) -> dict:
+    return {k: sum(r[k] for r in runs) for k in COUNTS}
 
 
 def _run(cmd, tree, env, budget, log, keep, say: str) -> tuple | None:
-    """``cmd`` in ``tree`` for what the budget leaves: (rc, seconds, timed_out, log
-    text, note), the log copied to ``keep``; None when the budget is spent."""
+    """``cmd`` for what the budget leaves: (rc, seconds, timed_out, log text, note),
+    the log copied to ``keep``; None when the budget is spent."""
     timeout = budget.limit()
     if timeout == 0:
         return None
@@ -58,12 +127,20 @@ def _run(cmd, tree, env, budget, log, keep, say: str) -> tuple | None:
     return rc, seconds, timed_out, log.read_text(errors="replace"), note
 
 
+def _say_done(rec: dict, tail: str) -> None:
+    print(
+        f"[upstream-ci]   rc {rec['rc']}, {rec['passed']} passed, {rec['failed']} "
+        f"failed, {rec['skipped']} skipped{tail}; {rec['seconds']} s",
+        flush=True,
+    )
+
+
 def run_test_op(tree, pr, rel, *, mode, sha, shims, budget, work, log_dir, n) -> dict:
     out = work / f"invocation-{n}.json"
     env = dict(run_env(tree, mode, out, shims), CHANGED_FILES=rel, GITHUB_SHA=sha)
     cmd = ["bash", "-x", TEST_OP, pr]
-    rec = {"pr": pr, "file": rel, "command": f"CHANGED_FILES={rel} GITHUB_SHA={sha} "}
-    rec["command"] += shlex.join(cmd)
+    command = f"CHANGED_FILES={rel} GITHUB_SHA={sha} {shlex.join(cmd)}"
+    rec = {"pr": pr, "file": rel, "command": command}
     keep = log_dir and Path(log_dir) / f"test-op-{pr}-{n}.log"
     say = f"{pr}: CHANGED_FILES={rel} bash -x {TEST_OP} {pr}"
     done = _run(cmd, tree, env, budget, work / f"invocation-{n}.log", keep, say)
@@ -86,11 +163,7 @@ def run_test_op(tree, pr, rel, *, mode, sha, shims, budget, work, log_dir, n) ->
         rec["imported"] = {k: meta.get(k) for k in ("flag_gems", "copy_module")}
         rec["versions"] = meta.get("versions")
     rec["log_tail"] = _clean_tail(text)
-    print(
-        f"[upstream-ci]   rc {rc}, {rec['passed']} passed, {rec['failed']} failed, "
-        f"{rec['skipped']} skipped, {rec['errors']} errors; {len(runs)} pytest runs; {seconds} s",
-        flush=True,
-    )
+    _say_done(rec, f", {rec['errors']} errors; {len(runs)} pytest runs")
     return rec
 
 
@@ -131,19 +204,12 @@ def run_test_copy(tree, cmd, *, pr, mode, shims, budget, work, log_dir, n) -> di
             r.get("copy_calls", 0) for r in data["records"].values()
         )
         rec["meta"] = data["meta"]
-    rec["failure_classes"] = _classes(rec["failures"])
+    classes = Counter(f["reason_class"] for f in rec["failures"])
+    rec["failure_classes"] = dict(sorted(classes.items()))
     rec["registration_errors"] = registration_errors(text)
     rec["log_tail"] = _clean_tail(text)
-    print(
-        f"[upstream-ci]   rc {rc}, {rec['passed']} passed, {rec['failed']} failed, "
-        f"{rec['skipped']} skipped; {rec['failure_classes'] or 'no failures'}; {seconds} s",
-        flush=True,
-    )
+    _say_done(rec, f"; {rec['failure_classes'] or 'no failures'}")
     return rec
-
-
-def _classes(failures: list[dict]) -> dict:
-    return dict(sorted(Counter(f["reason_class"] for f in failures).items()))
 
 
 def _pr_files(names) -> dict:
@@ -151,16 +217,13 @@ def _pr_files(names) -> dict:
     from copyfix import export
 
     out = {}
-    for name in names:
-        pr = export.PRS[name]
-        for rel in pr.kept_files():
-            path = export.REPO / rel
-            done = _git("status", "--porcelain", "--", rel)
-            ok = done is not None and done.returncode == 0
-            out[rel] = {
-                "sha256": records.sha256(path),
-                "uncommitted": bool(done.stdout.strip()) if ok else None,
-            }
+    for rel in (rel for name in names for rel in export.PRS[name].kept_files()):
+        done = _git("status", "--porcelain", "--", rel)
+        ok = done is not None and done.returncode == 0
+        out[rel] = {
+            "sha256": records.sha256(export.REPO / rel),
+            "uncommitted": bool(done.stdout.strip()) if ok else None,
+        }
     return out
 
 
@@ -168,8 +231,7 @@ def _tool_version(env: dict, tool: str) -> str | None:
     done = subprocess.run(
         [tool, "--version"], env=env, capture_output=True, text=True, timeout=120
     )
-    text = (done.stdout + done.stderr).strip()
-    m = re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
+    m = re.search(r"(\d+\.\d+(?:\.\d+)?)", (done.stdout + done.stderr).strip())
     return m.group(1) if m else None
 
 
@@ -177,9 +239,8 @@ def run_base(v: dict, args) -> dict:
     """Every invocation for one checkout; the base's section of the results."""
     from copyfix import export
 
-    checkout, prs = v["checkout"], v["prs"]
-    sha = github_sha()
-    started = time.monotonic()
+    checkout, prs, with_prs = v["checkout"], v["prs"], args.with_prs or []
+    sha, started = github_sha(), time.monotonic()
     if args.log_dir:
         Path(args.log_dir).mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="copyfix-upstream-ci-"))
@@ -193,9 +254,8 @@ def run_base(v: dict, args) -> dict:
             into.append(run_test_copy(tree, cmd, pr=pr, n=n, **common))
 
     try:
-        shims = work / "shims"
-        made = make_shims(shims, v["tools"])
-        shims = shims if made else None
+        made = make_shims(work / "shims", v["tools"])
+        shims = work / "shims" if made else None
         probe_env = run_env(work, args.mode, None, shims)
         versions = {
             "python": platform.python_version(),
@@ -207,7 +267,7 @@ def run_base(v: dict, args) -> dict:
         for name, files in prs.items():
             tree = copy_checkout(checkout, work / f"pr-{name}")
             applied = export.apply_stack(tree, name)
-            for other in getattr(args, "with_prs", None) or ():
+            for other in with_prs:
                 if other != name:  # composed with it, as a merged tree would hold both
                     applied += export.apply_pr(tree, other)
             print(
@@ -235,7 +295,7 @@ def run_base(v: dict, args) -> dict:
         **op_identity(),
         "versions": versions,
         "prs": dict(prs),
-        "composed_with": list(getattr(args, "with_prs", None) or []),
+        "composed_with": list(with_prs),
         "pr_files": _pr_files(prs),
         "test_op_sha256": records.sha256(checkout / TEST_OP),
         "tools": {**v["tools"], **{k: f"shim: {sys.executable} -m {k}" for k in made}},
@@ -261,13 +321,16 @@ def _probe_versions(work: Path, mode: str, shims) -> dict:
     """copyfix.emulation's versions from a child in the runs' environment."""
     tree = work / "pristine"
     tree = tree if tree.is_dir() else next(work.glob("pr-*"))
-    env = run_env(tree, mode, None, shims)
     code = (
         "import json; from copyfix import emulation; emulation.activate(); "
         "print('VERSIONS=' + json.dumps(emulation.versions()))"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True
+        [sys.executable, "-c", code],
+        cwd=tree,
+        env=run_env(tree, mode, None, shims),
+        capture_output=True,
+        text=True,
     )
     m = re.search(r"^VERSIONS=(.*)$", done.stdout, re.M)
     return json.loads(m.group(1)) if m else {"probe_error": done.stderr[-300:]}

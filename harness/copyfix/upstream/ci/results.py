@@ -1,0 +1,246 @@
+"""upstream-ci's results file and its block of docs/UPSTREAM_CHECK.md (harness)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from copyfix import records
+from copyfix.upstream.check import CI_BLOCK_BEGIN as BEGIN
+from copyfix.upstream.check import CI_BLOCK_END as END
+from copyfix.upstream.common import DOCS, RESULTS
+
+
+def _stamped(recs: list[dict], old: dict, keep=lambda r: True) -> list[dict]:
+    """``recs`` (those ``keep`` takes) stamped with the run of ``old`` unless they are."""
+    stamp = {"date": old["date"], "op_commit": old.get("op_commit")}
+    return [dict(r, run=r.get("run", stamp)) for r in recs if keep(r)]
+
+
+def keep_other_prs(old: dict | None, new: dict) -> dict:
+    """A run of some PRs (``--pr``) keeps the base's records of the other PRs."""
+    kept = [pr for pr in (old or {}).get("prs", {}) if pr not in new.get("prs", {})]
+    if not kept:
+        return new
+    kept_files = {f for pr in kept for f in old["prs"][pr]}
+    old_files = old.get("pr_files", {}).items()
+    merged = dict(new)
+    merged["prs"] = {**{pr: old["prs"][pr] for pr in kept}, **new.get("prs", {})}
+    merged["pr_files"] = {
+        **{f: v for f, v in old_files if f in kept_files},
+        **new.get("pr_files", {}),
+    }
+    merged["invocations"] = _stamped(old["invocations"], old, lambda r: r["pr"] in kept)
+    merged["invocations"] += new["invocations"]
+    old_tc, new_tc = old.get("test_copy") or {}, new.get("test_copy") or {}
+    if old_tc or new_tc:
+        carried = _stamped(old_tc.get("with_pr", []), old, lambda r: r["pr"] in kept)
+        merged["test_copy"] = dict(
+            new_tc or old_tc,
+            with_pr=carried + new_tc.get("with_pr", []),
+            without_pr=new_tc.get("without_pr", old_tc.get("without_pr", [])),
+        )
+    return merged
+
+
+def _unreached(record: dict) -> bool:
+    """Not run at all, or killed before any test finished."""
+    if record.get("rc") is None:
+        return True
+    done = record.get("passed") or record.get("failed") or record.get("errors")
+    return bool(record.get("timed_out")) and not done
+
+
+def carry_unreached(old: dict | None, new: dict) -> dict:
+    """``new`` with each record its run did not reach replaced by ``old``'s record of
+    the same run (PR and file, or PR and command), stamped with its run and why."""
+    if not old:
+        return new
+
+    def carry(recs, previous, key):
+        earlier = {key(r): r for r in previous}
+        out = []
+        for r in recs:
+            e = earlier.get(key(r))
+            if _unreached(r) and e is not None and not _unreached(e):
+                why = r.get("note") or f"rc {r.get('rc')}"
+                (r,) = _stamped([e], old)
+                r["carried_because"] = f"the {new['date']} run did not reach it ({why})"
+            out.append(r)
+        return out
+
+    merged = dict(new)
+    merged["invocations"] = carry(
+        new.get("invocations", []),
+        old.get("invocations", []),
+        lambda r: (r["pr"], r["file"]),
+    )
+    old_tc, new_tc = old.get("test_copy") or {}, new.get("test_copy") or {}
+    if new_tc.get("which") == "none" and old_tc:  # (--test-copy none: none of it ran)
+        prs = set(new.get("prs", {}))
+        merged["test_copy"] = dict(
+            old_tc,
+            with_pr=_stamped(old_tc.get("with_pr", []), old, lambda r: r["pr"] in prs),
+            without_pr=_stamped(old_tc.get("without_pr", []), old),
+        )
+    elif new_tc:
+        merged["test_copy"] = dict(new_tc)
+        for side in ("with_pr", "without_pr"):
+            merged["test_copy"][side] = carry(
+                new_tc.get(side, []),
+                old_tc.get(side, []),
+                lambda r: (r.get("pr"), r["command"]),
+            )
+    return merged
+
+
+def write_results(path: Path, label: str, section: dict) -> dict:
+    """Merge one base's section into ``path`` (other bases and unreached records kept)."""
+
+    def merge(data):
+        bases = dict(data.get("bases", {}))
+        old = bases.get(label)
+        bases[label] = keep_other_prs(old, carry_unreached(old, section))
+        top = {k: section[k] for k in ("mode", "machine", "op_commit")}
+        return {**top, "bases": dict(sorted(bases.items()))}
+
+    return records.update(path, merge)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _rc(rc) -> str:
+    return "not run" if rc is None else str(rc)
+
+
+def _run_suffix(name: str, record: dict) -> str:
+    """``name``, and the run ``record`` was carried from, if it was."""
+    run = record.get("run")
+    if not run:
+        return name
+    return f"{name} (run {run['date']}, op `{(run['op_commit'] or '?')[:7]}`)"
+
+
+def render_block(results_dir: Path | None = None) -> str:
+    lines = [
+        BEGIN,
+        "## Upstream's per-PR CI (`tools/test-op.sh`), emulated KunlunXIN runner",
+        "",
+        "Generated by `python -m copyfix.upstream.ci` (`make upstream-ci UPSTREAM=<checkout>`) "
+        "from `results/upstream_ci_<mode>.json`. Each PR is applied to its own copy of the "
+        "checkout; the checkout's own `tools/test-op.sh` runs once per PR file "
+        "(`CHANGED_FILES=<file>`) with the KunlunXIN device model on "
+        "(`COPYFIX_UPSTREAM_FAULT=1`); `bash -x` only traces the pytest commands it runs. "
+        "Upstream's `tests/test_copy.py` runs with and without the PR, without `-x`.",
+        "",
+    ]
+    for path in sorted((results_dir or RESULTS).glob("upstream_ci_*.json")):
+        for label, sec in json.loads(path.read_text()).get("bases", {}).items():
+            lines += _block_section(label, sec)
+    return "\n".join([*lines, END]) + "\n"
+
+
+def _block_section(label: str, sec: dict) -> list[str]:
+    v = sec.get("versions") or {}
+    composed = sec.get("composed_with")
+    lines = [
+        f"### {label}, {sec['mode']} mode",
+        "",
+        f"{sec['date']}, {sec['machine']}; torch {v.get('torch')}, triton {v.get('triton')}, "
+        f"coverage {v.get('coverage')}; op `{(sec.get('op_commit') or 'not recorded')[:12]}`; "
+        f"wall {sec['wall_s']} s."
+        + (
+            f" Every PR's tree also holds PR {', '.join(composed)} (`--with`)."
+            if composed
+            else ""
+        ),
+        "",
+        "| PR | file | pytest run by test-op.sh | rc | passed | failed | skipped | s |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for inv in sec["invocations"]:
+        runs, pr = inv["pytest_runs"], _run_suffix(inv["pr"], inv)
+        if not runs:
+            what = "nothing: this test-op.sh runs no pytest for this file"
+            what = inv.get("note") if inv["rc"] is None else what
+            lines.append(
+                f"| {pr} | `{inv['file']}` | {what} | {_rc(inv['rc'])} | 0 | 0 | 0 "
+                f"| {inv['seconds']} |"
+            )
+        for i, run in enumerate(runs):
+            last = i == len(runs) - 1
+            fails = "; ".join(
+                f"`{f['nodeid'].split('::', 1)[-1]}` ({f['reason_class']})"
+                for f in run["failures"][:2]
+            )
+            what = f"`{_cell(run['command'])}`" + (f": {fails}" if fails else "")
+            if run.get("summary") is None:
+                what += " (no pytest summary)"
+            secs = (
+                f"{run['pytest_seconds']} in pytest"
+                if run.get("pytest_seconds")
+                else ""
+            )
+            if last:
+                secs += f"{'; ' if secs else ''}{inv['seconds']} in all"
+            lines.append(
+                f"| {pr if i == 0 else ''} | {('`' + inv['file'] + '`') if i == 0 else ''} "
+                f"| {what} | {inv['rc'] if last else ''} | {run['passed']} | {run['failed']} "
+                f"| {run['skipped']} | {secs} |"
+            )
+        if runs and inv.get("timed_out"):
+            lines.append(f"| | | {inv['note']} | | | | | |")
+    tc = sec.get("test_copy") or {}
+    rows = [(_run_suffix("without PR", r), r) for r in tc.get("without_pr", [])] + [
+        (f"with {_run_suffix(r['pr'], r)}", r) for r in tc.get("with_pr", [])
+    ]
+    if rows:
+        lines += [
+            "",
+            "| upstream `tests/test_copy.py` | command | rc | passed | failed | skipped | failures by reason | s |",
+            "|---|---|---:|---:|---:|---:|---|---:|",
+        ]
+    for who, r in rows:
+        classes = ", ".join(f"{k} {n}" for k, n in r["failure_classes"].items())
+        reasons = sorted({f["reason"] for f in r.get("failures", []) if f["reason"]})
+        if reasons:
+            classes += " (" + "; ".join(f"`{_cell(x[:80])}`" for x in reasons[:2]) + ")"
+        lines.append(
+            f"| {who} | `{r['command']}` | {_rc(r['rc'])} | {r['passed']} | {r['failed']} | "
+            f"{r['skipped']} | {classes or 'none'} | {r['seconds']} |"
+        )
+    runs = [x for inv in sec["invocations"] for x in inv["pytest_runs"]]
+    blocked = {
+        r["command"]
+        for r in runs + [r for _, r in rows]
+        if any(
+            "copy_'s" in e or " copy_ " in e for e in r.get("registration_errors") or []
+        )
+    }
+    if blocked:
+        lines += [
+            "",
+            f"**FlagGems could not register `copy_`** in {len(blocked)} of these pytest runs "
+            "(`Skipped registering operator`, in the log): their `copy_` calls reached the "
+            "device model, not FlagGems, with or without the PR.",
+        ]
+    return lines + [""]
+
+
+def write_docs(doc: Path | None = None, results_dir: Path | None = None) -> Path:
+    """Replace (or append) the marked block in docs/UPSTREAM_CHECK.md; the rest is kept."""
+    doc = doc or DOCS
+    block = render_block(results_dir)
+    text = doc.read_text() if doc.is_file() else ""
+    start = text.find(BEGIN)
+    end = text.find(END, start) if start >= 0 else -1
+    if start >= 0 and end >= 0:
+        tail = text[end + len(END) :].lstrip("\n")
+        text = text[:start] + block + (("\n" + tail) if tail else "")
+    else:
+        text = (text.rstrip("\n") + "\n\n" if text else "") + block
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(text)
+    return doc
