@@ -1,10 +1,6 @@
-"""`make upstream-check` against a synthetic FlagGems checkout (harness tests).
-
-The checkout is written here: src/flag_gems is the 5.0.2 base the build kept (the
-overlay's pre-image put back), tests/ holds a conftest with upstream v5.0.2's xdist flaw
-(TEST_RESULTS filled on workers, indexed on the controller) and a few tests with known
-fates under the XPU fault.  Nothing in it is upstream test code.
-"""
+"""`make upstream-check` against a synthetic FlagGems checkout: the 5.0.2 base the build
+kept, a conftest with upstream v5.0.2's xdist flaw (TEST_RESULTS filled on workers,
+indexed on the controller) and a few tests with known fates under the XPU fault."""
 
 import json
 import re
@@ -105,19 +101,17 @@ def checkout(tmp_path_factory):
 @pytest.fixture(scope="module")
 def discovered(checkout, tmp_path_factory):
     out = tmp_path_factory.mktemp("sel") / "selection.json"
-    rc = upstream_check.main(
-        [
-            "discover",
-            str(checkout),
-            "--label",
-            "synthetic",
-            "-n",
-            "0",
-            "--out",
-            str(out),
-        ]
-    )
-    assert rc == 0
+    args = [
+        "discover",
+        str(checkout),
+        "--label",
+        "synthetic",
+        "-n",
+        "0",
+        "--out",
+        str(out),
+    ]
+    assert upstream_check.main(args) == 0
     return json.loads(out.read_text())
 
 
@@ -146,22 +140,12 @@ def test_check_classifies_base_vs_overlay_under_xdist(
     sel.write_text(json.dumps(discovered))
     results = tmp_path / "upstream_check_cpu.json"
     before = sorted(p.name for p in checkout.rglob("*"))
-    rc = upstream_check.main(
-        [
-            "check",
-            str(checkout),
-            "--label",
-            "synthetic",
-            "-n",
-            "1",  # xdist (one worker): upstream's conftest flaw would abort the controller
-            "--selection",
-            str(sel),
-            "--results",
-            str(results),
-            "--no-docs",
-        ]
+    # -n 1, xdist (one worker): upstream's conftest flaw would abort the controller
+    args = ["check", str(checkout), "--label", "synthetic", "-n", "1", "--no-docs"]
+    assert (
+        upstream_check.main([*args, "--selection", str(sel), "--results", str(results)])
+        == 0
     )
-    assert rc == 0
     assert sorted(p.name for p in checkout.rglob("*")) == before, "checkout untouched"
     data = json.loads(results.read_text())
     sec = data["bases"]["synthetic"]
@@ -175,40 +159,30 @@ def test_check_classifies_base_vs_overlay_under_xdist(
     for n in (3, 4, 5):
         assert by_name[f"test_contiguous[{n}]"]["class"] == "pass_both"
     assert all(c["overlay"]["copy_calls"] >= 1 for c in sec["cases"])
-    assert data["summary"] == {
-        "fixed": 1,
-        "regressed": 0,
-        "pass_both": 3,
-        "fail_both": 1,
-        "skipped": 1,
-        "cases": 6,
-        "bases": ["synthetic"],
-    }
+    counts = dict(fixed=1, regressed=0, pass_both=3, fail_both=1, skipped=1, cases=6)
+    assert data["summary"] == {**counts, "bases": ["synthetic"]}
     assert sec["summary"]["fail_both_reasons"] == {"emulation-limit": 1}
 
 
 def test_classify_reasons():
+    classify = upstream_check.classify
     ok = {"outcome": "passed", "reason": None, "copy_calls": 1}
 
     def fail(reason):
         return {"outcome": "failed", "reason": reason, "copy_calls": 1}
 
     fault = "torch.AcceleratorError: CUDA error: invalid device function"
-    assert upstream_check.classify(fail(fault), ok)["class"] == "fixed"
-    assert (
-        upstream_check.classify(ok, fail("AssertionError: x"))["class"] == "regressed"
-    )
-    both = upstream_check.classify(
-        fail("ValueError: 3 != 4"), fail("ValueError: 5 != 6")
-    )
+    assert classify(fail(fault), ok)["class"] == "fixed"
+    assert classify(ok, fail("AssertionError: x"))["class"] == "regressed"
+    both = classify(fail("ValueError: 3 != 4"), fail("ValueError: 5 != 6"))
     assert both == {"class": "fail_both", "reason_class": "same-failure"}
-    both = upstream_check.classify(fail("ValueError: a"), fail("TypeError: b"))
+    both = classify(fail("ValueError: a"), fail("TypeError: b"))
     assert both["reason_class"] == "different-failure"
-    both = upstream_check.classify(fail(fault), fail(fault))
+    both = classify(fail(fault), fail(fault))
     assert both["reason_class"] == "xpu-fault"
     numel = "ValueError: numel (2097152) exceeds triton maximum tensor numel (1048576)"
     assert upstream_check.reason_class(numel) == "emulation-limit"
-    assert upstream_check.classify(None, ok)["class"] == "fixed"  # missing = failure
+    assert classify(None, ok)["class"] == "fixed"  # missing = failure
 
 
 def test_limit_takes_every_file_in_turn():
@@ -219,31 +193,16 @@ def test_limit_takes_every_file_in_turn():
 
 
 def _section(label, fixed):
-    case = {
-        "nodeid": "tests/test_a.py::t",
-        "class": "fixed" if fixed else "pass_both",
-        "reason_class": "xpu-fault" if fixed else None,
-        "base": {
-            "outcome": "failed",
-            "copy_calls": 1,
-            "reason": "invalid device function",
-        },
-        "overlay": {"outcome": "passed", "copy_calls": 1},
-    }
+    case = {"nodeid": "tests/test_a.py::t", "class": "fixed" if fixed else "pass_both"}
+    case["reason_class"] = "xpu-fault" if fixed else None
+    case["base"] = dict(
+        outcome="failed", copy_calls=1, reason="invalid device function"
+    )
+    case["overlay"] = {"outcome": "passed", "copy_calls": 1}
     summary = upstream_check.summarise([case])
-    meta = {
-        "date": "d",
-        "machine": "m",
-        "versions": {},
-        "jobs": 2,
-        "quick": True,
-        "selected": 1,
-        "selection_size": 1,
-        "limit": None,
-        "files": ["tests/test_a.py"],
-        "wall_s": 1.0,
-        "run_wall_s": {"base": 0.5, "overlay": 0.5},
-    }
+    meta = dict(date="d", machine="m", versions={}, jobs=2, quick=True, limit=None)
+    meta.update(selected=1, selection_size=1, files=["tests/test_a.py"], wall_s=1.0)
+    meta["run_wall_s"] = {"base": 0.5, "overlay": 0.5}
     return {"summary": summary, "meta": meta, "cases": [case]}
 
 

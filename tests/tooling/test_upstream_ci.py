@@ -159,31 +159,14 @@ def _snapshot(root: Path) -> dict:
     }
 
 
-# ---------------------------------------------------------------------- e2e
-
-
 def test_end_to_end_cpu_mode(checkout, tiny_pr, own_tmp, tmp_path, capsys):
     results = tmp_path / "upstream_ci_cpu.json"
     other = {"base": "other", "mode": "cpu", "machine": "m", "op_commit": "c"}
     results.write_text(json.dumps({"bases": {"other": other}}))
     before = _snapshot(checkout)
-    rc = upstream_ci.main(
-        [
-            str(checkout),
-            "--mode",
-            "cpu",
-            "--label",
-            "synthetic",
-            "--test-copy",
-            "quick",
-            "--results",
-            str(results),
-            "--machine",
-            "test box",
-            "--no-docs",
-        ]
-    )
-    assert rc == 0
+    args = "--mode cpu --label synthetic --test-copy quick --no-docs".split()
+    args += ["--results", str(results), "--machine", "test box"]
+    assert upstream_ci.main([str(checkout), *args]) == 0
     assert _snapshot(checkout) == before, "the checkout is not touched"
     assert list(own_tmp.iterdir()) == [], "the temporary copies are removed"
     data = json.loads(results.read_text())
@@ -230,9 +213,6 @@ def test_end_to_end_cpu_mode(checkout, tiny_pr, own_tmp, tmp_path, capsys):
     assert with_pr["pr"] == "tiny" and with_pr["copy_calls"] >= 2
     out = capsys.readouterr().out
     assert f"upstream-ci synthetic tiny {PR_TEST_FILE}: rc 1" in out
-
-
-# ------------------------------------------------------------------ bad input
 
 
 def _fake_checkout(root: Path, *, test_op=True, copy_py: str | None = None) -> Path:
@@ -303,9 +283,6 @@ def test_bad_input(case, said, tmp_path, own_tmp, capsys):
     assert said in _bad_input(tmp_path, own_tmp, capsys, checkout, *extra)
 
 
-# ------------------------------------------------------------------ parsing
-
-
 TRACED_LOG = """\
 + PR_ID=kunlunxin
 + echo PR_ID=kunlunxin
@@ -352,95 +329,45 @@ def test_split_runs_matches_each_traced_pytest_command_with_its_counts():
     assert usage["summary"] is None and "usage" in usage["last_lines"]
     assert (usage["passed"], usage["failed"]) == (0, 0)
     assert bench["summary"] == "no tests ran in 0.01s" and bench["passed"] == 0
-    assert upstream_ci.sum_runs(runs) == {
-        "passed": 3,
-        "failed": 1,
-        "skipped": 1,
-        "errors": 0,
-    }
+    assert upstream_ci.sum_runs(runs) == dict(passed=3, failed=1, skipped=1, errors=0)
     assert upstream_ci.split_runs("+ coverage erase\nPR_ID=1\n") == []
     # (upstream's benchmark timers, which the interpreter lacks: this tool's own class)
     bench = "Failed: 'InterpreterDriver' object has no attribute 'get_device_interface'"
     assert upstream_ci.reason_class(bench) == "emulation-limit"
 
 
-# ------------------------------------------------------------ results, docs
+def _inv(pr, file, rc=0, seconds=0.0, runs=()):
+    return dict(pr=pr, file=file, rc=rc, seconds=seconds, pytest_runs=[*runs])
 
 
-def _section(label, commit="abc1234"):
-    return {
-        "base": label,
-        "date": "d",
-        "mode": "cpu",
-        "machine": "m",
-        "op_commit": commit,
-        "versions": {"torch": "t", "triton": "r", "coverage": "c"},
-        "wall_s": 1.0,
-        "invocations": [
-            {
-                "pr": "kunlunxin",
-                "file": export.COPY_PY,
-                "rc": 0,
-                "seconds": 0.0,
-                "pytest_runs": [],
-            },
-            {
-                "pr": "kunlunxin",
-                "file": "tests/test_copy_ops.py",
-                "rc": 1,
-                "seconds": 5.0,
-                "pytest_runs": [
-                    {
-                        "command": "coverage run -m pytest -s -x tests/test_copy_ops.py",
-                        "passed": 3,
-                        "failed": 1,
-                        "skipped": 0,
-                        "summary": "1 failed, 3 passed in 1s",
-                        "failures": [
-                            {
-                                "nodeid": "tests/test_copy_ops.py::t",
-                                "reason_class": "assertion",
-                            }
-                        ],
-                    }
-                ],
-            },
-        ],
-        "test_copy": {
-            "without_pr": [
-                {
-                    "pr": None,
-                    "command": "pytest -s tests/test_copy.py",
-                    "rc": 1,
-                    "passed": 4,
-                    "failed": 2,
-                    "skipped": 0,
-                    "failure_classes": {"xpu-fault": 2},
-                    "seconds": 2.0,
-                }
-            ],
-            "with_pr": [],
-        },
-    }
+def _test_copy(pr=None, **more):
+    rec = dict(pr=pr, command="pytest -s tests/test_copy.py", rc=1, passed=4, failed=2)
+    return dict(rec, skipped=0, seconds=2.0, failure_classes={"xpu-fault": 2}, **more)
+
+
+def _section(label, commit="abc1234", date="d", **more):
+    run = {"command": "coverage run -m pytest -s -x tests/test_copy_ops.py"}
+    run.update(passed=3, failed=1, skipped=0, summary="1 failed, 3 passed in 1s")
+    run["failures"] = [
+        dict(nodeid="tests/test_copy_ops.py::t", reason_class="assertion")
+    ]
+    sec = dict(base=label, date=date, mode="cpu", machine="m", op_commit=commit)
+    sec["versions"] = {"torch": "t", "triton": "r", "coverage": "c"}
+    sec["wall_s"] = 1.0
+    sec["invocations"] = [
+        _inv("kunlunxin", export.COPY_PY),
+        _inv("kunlunxin", "tests/test_copy_ops.py", 1, 5.0, [run]),
+    ]
+    sec["test_copy"] = {"without_pr": [_test_copy()], "with_pr": []}
+    return {**sec, **more}
 
 
 def _generic_only(label, commit):
-    sec = _section(label, commit)
-    sec["date"] = "later"
-    sec["prs"] = {"generic": ["src/flag_gems/ops/copy.py"]}
-    sec["pr_files"] = {"src/flag_gems/ops/copy.py": {"sha256": "g"}}
-    sec["invocations"] = [
-        {
-            "pr": "generic",
-            "file": "src/flag_gems/ops/copy.py",
-            "rc": 0,
-            "seconds": 0.0,
-            "pytest_runs": [],
-        }
-    ]
-    sec["test_copy"]["with_pr"] = [
-        dict(sec["test_copy"]["without_pr"][0], pr="generic", rc=0, failed=0)
-    ]
+    generic = "src/flag_gems/ops/copy.py"
+    sec = _section(label, commit, "later", prs={"generic": [generic]})
+    sec["pr_files"] = {generic: {"sha256": "g"}}
+    sec["invocations"] = [_inv("generic", generic)]
+    sec["test_copy"]["with_pr"] = [_test_copy("generic", rc=0, failed=0)]
     return sec
 
 
@@ -449,9 +376,7 @@ def test_a_run_of_one_pr_keeps_the_other_prs_records_with_their_run(tmp_path):
     old = _section("main", "old1234")
     old["prs"] = {"kunlunxin": [export.COPY_PY, "tests/test_copy_ops.py"]}
     old["pr_files"] = {export.COPY_PY: {"sha256": "k"}, "tests/x.py": {"sha256": "x"}}
-    old["test_copy"]["with_pr"] = [
-        dict(old["test_copy"]["without_pr"][0], pr="kunlunxin", passed=9)
-    ]
+    old["test_copy"]["with_pr"] = [_test_copy("kunlunxin", passed=9)]
     upstream_ci.write_results(path, "main", old)
     data = upstream_ci.write_results(path, "main", _generic_only("main", "new5678"))
     sec = data["bases"]["main"]
@@ -467,30 +392,20 @@ def test_a_run_of_one_pr_keeps_the_other_prs_records_with_their_run(tmp_path):
         "src/flag_gems/ops/copy.py": {"sha256": "g"},
     }, "a kept PR's files stay, a dropped entry is not invented"
     with_pr = sec["test_copy"]["with_pr"]
-    assert [(r["pr"], r["passed"], "run" in r) for r in with_pr] == [
-        ("kunlunxin", 9, True),
-        ("generic", 4, False),
-    ]
+    got = [(r["pr"], r["passed"], "run" in r) for r in with_pr]
+    assert got == [("kunlunxin", 9, True), ("generic", 4, False)]
     assert sec["test_copy"]["without_pr"][0].get("run") is None  # the new run's
     # a second run of the same PR replaces its records; the carried stamp is kept
     data = upstream_ci.write_results(path, "main", _generic_only("main", "newer"))
-    assert [
-        i.get("run", {}).get("op_commit") for i in data["bases"]["main"]["invocations"]
-    ] == [
-        "old1234",
-        "old1234",
-        None,
-    ]
+    invocations = data["bases"]["main"]["invocations"]
+    got = [i.get("run", {}).get("op_commit") for i in invocations]
+    assert got == ["old1234", "old1234", None]
     block = upstream_ci.render_block(tmp_path)
     assert "| kunlunxin (run d, op `old1234`) | `tests/test_copy_ops.py` |" in block
     assert "| with kunlunxin (run d, op `old1234`) |" in block
     assert "| with generic |" in block
     # a run of every PR replaces the section whole
-    every = _section("main", "all")
-    every["prs"] = {
-        "kunlunxin": [export.COPY_PY],
-        "generic": ["src/flag_gems/ops/copy.py"],
-    }
+    every = _section("main", "all", prs={"kunlunxin": [], "generic": []})
     full = upstream_ci.write_results(path, "main", every)
     assert all("run" not in i for i in full["bases"]["main"]["invocations"])
 
@@ -498,28 +413,22 @@ def test_a_run_of_one_pr_keeps_the_other_prs_records_with_their_run(tmp_path):
 def test_docs_block_is_replaced_and_kept_by_upstream_check(tmp_path, monkeypatch):
     results = tmp_path / "results"
     results.mkdir()
-    upstream_ci.write_results(
-        results / "upstream_ci_cpu.json", "v5.0.2", _section("v5.0.2")
-    )
+    path = results / "upstream_ci_cpu.json"
+    upstream_ci.write_results(path, "v5.0.2", _section("v5.0.2"))
     doc = tmp_path / "UPSTREAM_CHECK.md"
     doc.write_text("# generated\n\nbody\n")
     upstream_ci.write_docs(doc, results)
     upstream_ci.write_docs(doc, results)  # replaced, not appended twice
     text = doc.read_text()
     assert text.startswith("# generated\n\nbody\n\n<!-- upstream-ci -->\n")
-    assert text.count("<!-- upstream-ci -->") == 1 and text.endswith(
-        "<!-- /upstream-ci -->\n"
-    )
+    assert text.count("<!-- upstream-ci -->") == 1
+    assert text.endswith("<!-- /upstream-ci -->\n")
     assert "### v5.0.2, cpu mode" in text
     assert f"| kunlunxin | `{export.COPY_PY}` | nothing" in text
-    assert (
-        "`coverage run -m pytest -s -x tests/test_copy_ops.py`: `t` (assertion) | 1 | 3 | 1 | 0 | 5.0 in all |"
-        in text
-    )
-    assert (
-        "| without PR | `pytest -s tests/test_copy.py` | 1 | 4 | 2 | 0 | xpu-fault 2 | 2.0 |"
-        in text
-    )
+    run = "`coverage run -m pytest -s -x tests/test_copy_ops.py`: `t` (assertion)"
+    assert f"{run} | 1 | 3 | 1 | 0 | 5.0 in all |" in text
+    tc = "| without PR | `pytest -s tests/test_copy.py` | 1 | 4 | 2 | 0 | xpu-fault 2 | 2.0 |"
+    assert tc in text
     assert "could not register" not in text
     sec = _section("main")
     sec["test_copy"]["without_pr"][0]["registration_errors"] = [
@@ -543,37 +452,27 @@ def test_records_a_run_did_not_reach_keep_their_earlier_result(tmp_path):
     path = tmp_path / "upstream_ci_cuda.json"
     old = _section("main", "old1234")
     upstream_ci.write_results(path, "main", old)
-    new = _section("main", "new5678")
-    new["date"] = "later"
+    new = _section("main", "new5678", "later")
     skipped = {"rc": None, "note": upstream_ci.NOT_RUN, "passed": 0, "failed": 0}
     new["invocations"][1] = dict(new["invocations"][1], **skipped)
     killed = {"rc": 124, "timed_out": True, "passed": 0, "failed": 0, "errors": 0}
-    new["test_copy"]["without_pr"][0] = dict(
-        new["test_copy"]["without_pr"][0], **killed
-    )
+    new["test_copy"]["without_pr"][0].update(killed)
     new["invocations"][0] = dict(new["invocations"][0], rc=3)  # (a result: replaces)
     sec = upstream_ci.write_results(path, "main", new)["bases"]["main"]
     first, second = sec["invocations"]
     assert first["rc"] == 3 and "run" not in first, "the new run's own result"
-    assert (
-        second["rc"] == 1
-        and second["pytest_runs"] == old["invocations"][1]["pytest_runs"]
-    )
+    assert second["rc"] == 1
+    assert second["pytest_runs"] == old["invocations"][1]["pytest_runs"]
     assert second["run"] == {"date": "d", "op_commit": "old1234"}
     assert upstream_ci.NOT_RUN in second["carried_because"]
     (tc,) = sec["test_copy"]["without_pr"]
-    assert (
-        tc["rc"] == old["test_copy"]["without_pr"][0]["rc"] and tc["run"]["date"] == "d"
-    )
+    assert tc["rc"] == 1 and tc["run"]["date"] == "d"
     assert "rc 124" in tc["carried_because"]
     # a killed run that had results is a result; an unreached one with no earlier
     # record stays as it is
     partial = dict(killed, passed=2)
-    newer = _section("main", "newer")
-    newer["date"] = "latest"
-    newer["test_copy"]["without_pr"][0] = dict(
-        newer["test_copy"]["without_pr"][0], **partial
-    )
+    newer = _section("main", "newer", "latest")
+    newer["test_copy"]["without_pr"][0].update(partial)
     newer["invocations"].append(dict(newer["invocations"][0], file="x.py", **skipped))
     sec = upstream_ci.write_results(path, "main", newer)["bases"]["main"]
     assert sec["test_copy"]["without_pr"][0]["passed"] == 2
@@ -583,23 +482,15 @@ def test_records_a_run_did_not_reach_keep_their_earlier_result(tmp_path):
 
 def test_a_run_without_test_copy_keeps_the_bases_test_copy_records(tmp_path):
     path = tmp_path / "upstream_ci_cuda.json"
-    old = _section("main", "old1234")
-    old["prs"] = {
-        "kunlunxin": [export.COPY_PY],
-        "generic": ["src/flag_gems/ops/copy.py"],
-    }
-    old["test_copy"]["with_pr"] = [
-        dict(old["test_copy"]["without_pr"][0], pr="kunlunxin", passed=9),
-        dict(old["test_copy"]["without_pr"][0], pr="generic", passed=7),
-    ]
+    old = _section("main", "old1234", prs={"kunlunxin": [], "generic": []})
+    old["test_copy"]["with_pr"] = [_test_copy("kunlunxin", passed=9)]
+    old["test_copy"]["with_pr"].append(_test_copy("generic", passed=7))
     upstream_ci.write_results(path, "main", old)
     new = _generic_only("main", "new5678")
     new["test_copy"] = {"which": "none", "without_pr": [], "with_pr": []}
     tc = upstream_ci.write_results(path, "main", new)["bases"]["main"]["test_copy"]
-    assert [(r["pr"], r["passed"], r["run"]["op_commit"]) for r in tc["with_pr"]] == [
-        ("kunlunxin", 9, "old1234"),
-        ("generic", 7, "old1234"),
-    ], "each PR's record once, with the run it comes from"
+    got = [(r["pr"], r["passed"], r["run"]["op_commit"]) for r in tc["with_pr"]]
+    assert got == [("kunlunxin", 9, "old1234"), ("generic", 7, "old1234")]
     assert [r["run"]["op_commit"] for r in tc["without_pr"]] == ["old1234"]
     block = upstream_ci.render_block(tmp_path)
     assert "| without PR (run d, op `old1234`) |" in block

@@ -28,11 +28,9 @@ from collections import Counter
 from pathlib import Path
 
 from copyfix import records
-from copyfix.upstream.common import (  # noqa: F401  (the names upstream-ci uses too)
+from copyfix.upstream.common import (
     DOCS,
-    MEM_GB_PER_PROCESS,
     PLUGIN,
-    REASON_PATTERNS,
     REPO,
     RESULTS,
     call,
@@ -47,9 +45,6 @@ from copyfix.upstream.common import (  # noqa: F401  (the names upstream-ci uses
 
 CLASSES = ("fixed", "regressed", "pass_both", "fail_both", "skipped")
 MISSING = {"outcome": "missing", "reason": "not run", "copy_calls": 0}
-
-
-# ------------------------------------------------------------------ checkout, compose
 
 
 def compose_pair(checkout: Path, work: Path) -> dict[str, Path]:
@@ -79,9 +74,6 @@ def copy_tests(checkout: Path, work: Path) -> Path:
     if (checkout / "pytest.ini").is_file():
         shutil.copy(checkout / "pytest.ini", run / "pytest.ini")
     return run
-
-
-# ------------------------------------------------------------------------------ run
 
 
 def run_pytest(composed, run_dir, targets, name, work, *, jobs, quick, **env) -> dict:
@@ -114,9 +106,6 @@ def run_pytest(composed, run_dir, targets, name, work, *, jobs, quick, **env) ->
         )
     data["meta"].update(wall_s=wall, returncode=rc)
     return data
-
-
-# -------------------------------------------------------------------- classification
 
 
 def _normalise(text: str | None) -> str:
@@ -153,17 +142,13 @@ def classify(base: dict | None, overlay: dict | None) -> dict:
 
 def summarise(cases: list[dict]) -> dict:
     counts = Counter(c["class"] for c in cases)
-    summary = {k: counts.get(k, 0) for k in CLASSES}
-    summary["cases"] = len(cases)
+    summary = {**{k: counts.get(k, 0) for k in CLASSES}, "cases": len(cases)}
     summary["reached_copy"] = sum(
         1 for c in cases if c["base"]["copy_calls"] or c["overlay"]["copy_calls"]
     )
     fail_both = Counter(c["reason_class"] for c in cases if c["class"] == "fail_both")
     summary["fail_both_reasons"] = dict(sorted(fail_both.items()))
     return summary
-
-
-# ------------------------------------------------------------------------- selection
 
 
 def selection_path(label: str) -> Path:
@@ -209,9 +194,6 @@ def candidate_files(checkout: Path, files: list[str] | None) -> list[str]:
     )
 
 
-# ------------------------------------------------------------------------- commands
-
-
 def cmd_discover(args) -> int:
     checkout = check_checkout(args.upstream)
     label = args.label or checkout_label(checkout)
@@ -229,13 +211,8 @@ def cmd_discover(args) -> int:
             scan = run_pytest(
                 composed, run_dir, targets, "scan", work, **common, **per_test
             )
-            functions = sorted(
-                {
-                    n.split("[", 1)[0]
-                    for n, r in scan["records"].items()
-                    if r["copy_calls"]
-                }
-            )
+            called = [n for n, r in scan["records"].items() if r["copy_calls"]]
+            functions = sorted({n.split("[", 1)[0] for n in called})
             print(
                 f"scan: {len(scan['records'])} cases (first {args.scan} per test function) in "
                 f"{scan['meta']['wall_s']} s; {len(functions)} test functions called copy/copy_",
@@ -417,8 +394,6 @@ def write_results(path: Path, label: str, section: dict) -> dict:
     return records.update(path, merge)
 
 
-# ------------------------------------------------------------------------------ docs
-
 DOC_INTRO = """\
 # Upstream FlagGems tests, before and after this change (KunlunXIN fault on)
 
@@ -562,9 +537,6 @@ def _selection_note(meta: dict) -> str:
     )
 
 
-# ------------------------------------------------------------------------------ main
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="copyfix.upstream.check")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -577,23 +549,16 @@ def main(argv=None) -> int:
         p.add_argument("--label", help="base label (default v<__version__>)")
         p.add_argument("--files", nargs="+", help="test files (as tests/test_x.py)")
     d.add_argument("--no-quick", dest="quick", action="store_false", default=True)
-    d.add_argument(
-        "--out", help="selection file (default results/upstream_selection_*)"
+    d.add_argument("--out", help="default results/upstream_selection_<label>.json")
+    scan = (
+        "run in full only the test functions whose first N cases reached copy_ (0: all)"
     )
-    d.add_argument(
-        "--scan",
-        type=int,
-        default=1,
-        help="run in full only the test functions whose first N cases reached copy_ "
-        "(0: every case of every file)",
-    )
+    d.add_argument("--scan", type=int, default=1, help=scan)
     d.add_argument("--log", help="copy pytest's output here")
     q = c.add_mutually_exclusive_group()
     q.add_argument("--quick", dest="quick", action="store_true", default=None)
     q.add_argument("--no-quick", dest="quick", action="store_false")
-    c.add_argument(
-        "--selection", help="default results/upstream_selection_<label>.json"
-    )
+    c.add_argument("--selection", help="default results/upstream_selection_<label>")
     c.add_argument("-k", "--keyword", help="regex on node ids, to run a subset")
     c.add_argument("--limit", type=int, help="at most N cases, one file at a time")
     c.add_argument("--results", help="default results/upstream_check_<mode>.json")
@@ -604,13 +569,8 @@ def main(argv=None) -> int:
     sub.add_parser("docs", help="regenerate docs/UPSTREAM_CHECK.md from results/")
     sub.add_parser("reclassify", help="classify stored cases again, then the docs")
     args = parser.parse_args(argv)
-    commands = {
-        "reclassify": cmd_reclassify,
-        "discover": cmd_discover,
-        "check": cmd_check,
-    }
-    if args.cmd in commands:
-        return commands[args.cmd](args)
+    if args.cmd != "docs":
+        return globals()[f"cmd_{args.cmd}"](args)
     print(f"wrote {write_docs()}")
     return 0
 

@@ -1,22 +1,16 @@
-"""Upstream's later KunlunXIN ``copy.py`` (the ``tle_copy`` era), run in place of ours.
-
-Harness file (not part of the upstream PR); ``make upstream-later UPSTREAM=<checkout>``::
-
-    python -m copyfix.upstream.later <FlagGems checkout> [--later DIR] [--mode cpu|cuda]
-        [--test-copy full|quick|none] [--results PATH] [--timeout S]
+"""Upstream's later KunlunXIN ``copy.py`` (the ``tle_copy`` era), run in place of ours
+(harness; ``make upstream-later UPSTREAM=<checkout>``).
 
 The newest public copy.py calls ``tle_copy(expanded_src, dst)`` first and sends to aten
 every small equal-shape copy, every aliasing copy and every layout ``tle_copy`` declines.
-This measures it as a new user would meet it: ``tle`` unavailable (upstream #6470) and
-aten's strided copy missing (``emulation.xpu_device_model``).  Its files (LATER_FILES)
-are never committed: they sit under ``--later`` (default ``.upstream/later/``).
-
-Each variant (``base``: the checkout's copy.py; ``later``: upstream's later files;
-``ours``: PR 1; ``ours-on-head``: PR 1 on the later tree) gets its own copy of the
-checkout and runs the copies of ``_cases`` in a child (bit for bit against torch
-on the host, aten fallbacks counted), :mod:`copyfix.upstream.tle_standin` where the
-tree has ``tle_copy.py``, and upstream's ``tests/test_copy.py`` as upstream-ci runs it.
-Results: ``results/upstream_later_<mode>.json``.
+It is measured as a new user would meet it: ``tle`` unavailable (upstream #6470), aten's
+strided copy missing (``emulation.xpu_device_model``).  Its files (LATER_FILES) are never
+committed: they sit under ``--later`` (default ``.upstream/later/``).  Each variant
+(``base``: the checkout's copy.py; ``later``: upstream's later files; ``ours``: PR 1;
+``ours-on-head``: PR 1 on the later tree) runs ``_cases`` in a child (bit for bit against
+torch on the host, aten fallbacks counted), :mod:`copyfix.upstream.tle_standin` where the
+tree has ``tle_copy.py``, and upstream's ``tests/test_copy.py`` as upstream-ci runs it:
+``results/upstream_later_<mode>.json``.
 """
 
 from __future__ import annotations
@@ -106,7 +100,7 @@ def _cases(torch):
     big = torch.randn(256, 256, generator=gen)
     ramp = torch.arange(64.0)
 
-    def into(shape, dtype, src, view):
+    def into(shape, dtype, src, view=lambda t: t):
         def make(device):
             dst = torch.zeros(shape, dtype=dtype, device=device)
             return dst, view(src.to(device)), dst
@@ -117,33 +111,24 @@ def _cases(torch):
         base = ramp.to(device)
         return base[1::2], base[:-1:2], base
 
+    f32, bf16, b8 = torch.float32, torch.bfloat16, torch.bool
+    seed, sdpa, sdpa_long = (4, 128), (2, 8, 16, 16), (1, 8, 128, 128)
+    expand = lambda *shape: lambda t: t.expand(*shape)
+    tr = lambda t: t.t()
     return {
-        "seed a.expand(4, 128) -> fp32": into(
-            (4, 128), torch.float32, a, lambda t: t.expand(4, 128)
-        ),
-        "seed a.expand(4, 128) -> bf16": into(
-            (4, 128), torch.bfloat16, a, lambda t: t.expand(4, 128)
-        ),
-        "SDPA mask (2,1,1,16) -> (2,8,16,16) bool": into(
-            (2, 8, 16, 16), torch.bool, mask, lambda t: t.expand(2, 8, 16, 16)
-        ),
+        "seed a.expand(4, 128) -> fp32": into(seed, f32, a, expand(*seed)),
+        "seed a.expand(4, 128) -> bf16": into(seed, bf16, a, expand(*seed)),
+        "SDPA mask (2,1,1,16) -> (2,8,16,16) bool": into(sdpa, b8, mask, expand(*sdpa)),
         "SDPA mask (2,1,1,16) -> (2,8,16,16) fp32": into(
-            (2, 8, 16, 16),
-            torch.float32,
-            mask.float(),
-            lambda t: t.expand(2, 8, 16, 16),
+            sdpa, f32, mask.float(), expand(*sdpa)
         ),
         "SDPA mask (1,1,1,128) -> (1,8,128,128) bool": into(
-            (1, 8, 128, 128), torch.bool, long_mask, lambda t: t.expand(1, 8, 128, 128)
+            sdpa_long, b8, long_mask, expand(*sdpa_long)
         ),
-        "small, equal shapes: x.t(), 64x64 fp32": into(
-            (64, 64), torch.float32, x, lambda t: t.t()
-        ),
+        "small, equal shapes: x.t(), 64x64 fp32": into((64, 64), f32, x, tr),
         "aliasing: b[1::2].copy_(b[:-1:2])": aliasing,
-        "declined by tle_copy: x.t(), 256x256 fp32": into(
-            (256, 256), torch.float32, big, lambda t: t.t()
-        ),
-        "contiguous, 256x256 fp32": into((256, 256), torch.float32, big, lambda t: t),
+        "declined by tle_copy: x.t(), 256x256 fp32": into((256, 256), f32, big, tr),
+        "contiguous, 256x256 fp32": into((256, 256), f32, big),
     }
 
 
@@ -152,7 +137,7 @@ def _first_line(exc) -> str:
 
 
 def run_cases(out: Path) -> int:
-    """In the child: every case through Tensor.copy_ under use_gems, device model on."""
+    """(the child) every case through Tensor.copy_ under use_gems, device model on."""
     import warnings
 
     from copyfix import emulation, tracking
@@ -168,11 +153,8 @@ def run_cases(out: Path) -> int:
 
     from copyfix.emulation.faults import is_flat_loop
 
-    module = emulation.copy_module()
-    device = emulation.device()
-    cases = []
-    strided = []
-    op = torch.ops.aten.copy_.default
+    module, device = emulation.copy_module(), emulation.device()
+    cases, strided, op = [], [], torch.ops.aten.copy_.default
 
     @contextlib.contextmanager
     def classified():  # (innermost: calls on to the counting and faulting layers)
@@ -225,10 +207,8 @@ def run_cases(out: Path) -> int:
         from copyfix.upstream import tle_standin
 
         reached = tle_standin.reach(module, device)
-        section["tle_standin"] = {
-            "summary": tle_standin.summary(reached),
-            "copies": reached,
-        }
+        summary = tle_standin.summary(reached)
+        section["tle_standin"] = {"summary": summary, "copies": reached}
     out.write_text(json.dumps(section, indent=1))
     return 0
 
@@ -237,7 +217,6 @@ def run_cases(out: Path) -> int:
 
 
 def later_files(folder: Path) -> dict:
-    """The later files' records; SystemExit(2) naming what is missing."""
     recs = {}
     for name, (upstream_path, source, cited) in LATER_FILES.items():
         path = folder / name
@@ -293,7 +272,6 @@ def _cases_child(tree: Path, variant: str, args, work: Path) -> dict:
 
 
 def adapt(tree: Path) -> list[str]:
-    """Apply ADAPTATIONS to a tree; what was changed, one line each."""
     done = []
     for rel, old, new in ADAPTATIONS:
         path = tree / rel
@@ -309,8 +287,7 @@ def make_head_tree(tree: Path, later: Path) -> list[str]:
     in place: the later files (sha256 checked) plus :data:`ADAPTATIONS`; what was
     adapted. ``python -m copyfix.upstream.later --head-tree DIR``."""
     files = later_files(later)
-    wrong = [n for n, rec in files.items() if not rec["as_cited"]]
-    if wrong:
+    if wrong := [n for n, rec in files.items() if not rec["as_cited"]]:
         raise upstream_ci.InputError(
             f"{later}: {', '.join(wrong)} not the cited sha256"
         )

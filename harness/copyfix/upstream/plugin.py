@@ -1,14 +1,11 @@
-"""pytest plugin (harness only) for running upstream FlagGems' own tests on the emulation.
-
-Loaded as ``-p copyfix.upstream.plugin`` into runs of an upstream checkout's ``tests/``
-by upstream-check and upstream-ci; configured by environment variables (so xdist
-workers see what the controller sees): ``COPYFIX_EMULATION`` (activated at import,
-before upstream's conftest imports flag_gems), ``COPYFIX_UPSTREAM_FAULT=1`` (the device
-model on all session), ``COPYFIX_UPSTREAM_SELECT`` (a JSON list of the node ids to
-keep), ``COPYFIX_UPSTREAM_PER_TEST`` (else: the first N cases of each test function),
-``COPYFIX_UPSTREAM_MEM_GB`` (cpu mode's address-space cap) and ``COPYFIX_UPSTREAM_OUT``
+"""pytest plugin (harness) for upstream FlagGems' own tests on the emulation, configured
+by environment variables (xdist workers see what the controller sees):
+``COPYFIX_EMULATION`` (activated at import, before upstream's conftest imports
+flag_gems), ``COPYFIX_UPSTREAM_FAULT=1`` (the device model on all session),
+``COPYFIX_UPSTREAM_SELECT`` (a JSON list of the node ids to keep), else
+``COPYFIX_UPSTREAM_PER_TEST`` (the first N cases of each test function),
+``COPYFIX_UPSTREAM_MEM_GB`` (cpu mode's address-space cap), ``COPYFIX_UPSTREAM_OUT``
 (one JSON record per test, with its calls to the kunlunxin copy/copy_: see ``_spy``).
-Skips are recorded as skips.  It loads :mod:`copyfix.upstream.xdist` too.
 """
 
 from __future__ import annotations
@@ -29,21 +26,15 @@ _current: list[str] = []  # the nodeid running now (at most one)
 _records: dict[str, dict] = {}
 _fault = None
 
-
-def _cap_memory() -> None:
-    # The interpreter's blocks are numpy arrays, several times the tensors' size: a case
-    # that would grow past the cap fails alone with a MemoryError ("memory-cap").  Not in
-    # cuda mode: the CUDA driver reserves far more address space than it uses.
+# The interpreter's blocks are numpy arrays, several times the tensors' size: a case that
+# would grow past the cap fails alone with a MemoryError ("memory-cap").  Not in cuda
+# mode: the CUDA driver reserves far more address space than it uses.
+if emulation.activate() == "cpu":
     import resource
 
-    limit = int(float(os.environ.get("COPYFIX_UPSTREAM_MEM_GB") or 0) * 2**30)
-    if limit > 0:
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-
-# (in cpu mode activate() also copes with a TRITON_INTERPRET inherited by xdist workers)
-if emulation.activate() == "cpu":
-    _cap_memory()
+    _limit = int(float(os.environ.get("COPYFIX_UPSTREAM_MEM_GB") or 0) * 2**30)
+    if _limit > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (_limit, _limit))
 
 
 def _counting(fn):
@@ -132,8 +123,7 @@ def pytest_collection_modifyitems(config, items):
     else:
         return
     kept = set(map(id, keep))
-    drop = [i for i in items if id(i) not in kept]
-    if drop:
+    if drop := [i for i in items if id(i) not in kept]:
         config.hook.pytest_deselected(items=drop)
     items[:] = keep
 

@@ -94,44 +94,33 @@ def corpus(torch):
     """name -> make(device) -> (dst, src): layouts x dtype pairs x sizes (under and
     over the head file's 2**14-element shortcut), aliasing and negated views."""
     gen = torch.Generator().manual_seed(1)
-    layouts = {
-        "contiguous": (lambda n, m: (n, m), lambda t: t),
-        "transpose": (lambda n, m: (m, n), lambda t: t.t()),
-        "expand_row": (lambda n, m: (m,), lambda t, n=None: t),
-        "step_slice": (lambda n, m: (2 * n, 2 * m), lambda t: t[::2, ::2]),
-        "inner_slice": (lambda n, m: (n, m + 3), lambda t: t[:, 2:-1]),
-        "dst_rows": (lambda n, m: (n, m), lambda t: t),
+    layouts = {  # name: (the host tensor's shape, the view of it copied)
+        "contiguous": (lambda n, m: (n, m), lambda t, n, m: t),
+        "transpose": (lambda n, m: (m, n), lambda t, n, m: t.t()),
+        "expand_row": (lambda n, m: (m,), lambda t, n, m: t.expand(n, m)),
+        "step_slice": (lambda n, m: (2 * n, 2 * m), lambda t, n, m: t[::2, ::2]),
+        "inner_slice": (lambda n, m: (n, m + 3), lambda t, n, m: t[:, 2:-1]),
+        "dst_rows": (
+            lambda n, m: (n, m),
+            lambda t, n, m: t,
+        ),  # (into every other column)
     }
-    pairs = [
-        (torch.float32, torch.float32),
-        (torch.bfloat16, torch.bfloat16),
-        (torch.int8, torch.int8),
-        (torch.bool, torch.bool),
-        (torch.int64, torch.int64),
-        (torch.float32, torch.bfloat16),
-        (torch.float32, torch.int32),
-        (torch.int16, torch.float32),
-        (torch.float16, torch.bool),
-    ]
-    sizes = {"small": (8, 16), "large": (128, 136)}
+    f32, bf16, i8, b8 = torch.float32, torch.bfloat16, torch.int8, torch.bool
+    pairs = [(f32, f32), (bf16, bf16), (i8, i8), (b8, b8), (torch.int64, torch.int64)]
+    pairs += [(f32, bf16), (f32, torch.int32), (torch.int16, f32), (torch.float16, b8)]
     cases = {}
-    for size, (n, m) in sizes.items():
+    for size, (n, m) in {"small": (8, 16), "large": (128, 136)}.items():
         for name, (shape, view) in layouts.items():
             for sd, dd in pairs:
-                host = torch.randn(shape(n, m), generator=gen) * 50
-                host = host.to(sd)
+                host = (torch.randn(shape(n, m), generator=gen) * 50).to(sd)
 
                 def make(device, host=host, view=view, name=name, dd=dd, n=n, m=m):
-                    src = host.to(device)
-                    if name == "expand_row":
-                        src = src.expand(n, m)
-                    else:
-                        src = view(src)
+                    src = view(host.to(device), n, m)
                     if name == "dst_rows":
-                        dst = torch.zeros(n, 2 * m, dtype=dd, device=device)[:, ::2]
-                    else:
-                        dst = torch.zeros(n, m, dtype=dd, device=device)
-                    return dst, src
+                        return torch.zeros(n, 2 * m, dtype=dd, device=device)[
+                            :, ::2
+                        ], src
+                    return torch.zeros(n, m, dtype=dd, device=device), src
 
                 cases[f"{size} {name} {sd}->{dd}".replace("torch.", "")] = make
 
@@ -139,17 +128,17 @@ def corpus(torch):
         base = torch.arange(40000.0, device=device)
         return base[1::2], base[:-1:2]
 
-    def negated(device):
-        x = torch.randn(128, 136, generator=torch.Generator().manual_seed(2))
-        return torch.zeros(136, 128, device=device), torch._neg_view(x.to(device)).t()
+    def negated(seed, view):
+        def make(device):
+            x = torch.randn(128, 136, generator=torch.Generator().manual_seed(seed))
+            src = view(torch._neg_view(x.to(device)))
+            return torch.zeros(src.shape, device=device), src
 
-    def negated_contiguous(device):
-        x = torch.randn(128, 136, generator=torch.Generator().manual_seed(3))
-        return torch.zeros(128, 136, device=device), torch._neg_view(x.to(device))
+        return make
 
     cases["large aliasing b[1::2] <- b[:-1:2]"] = aliasing
-    cases["large negated view, transposed"] = negated
-    cases["large negated view, contiguous"] = negated_contiguous
+    cases["large negated view, transposed"] = negated(2, lambda t: t.t())
+    cases["large negated view, contiguous"] = negated(3, lambda t: t)
     return cases
 
 

@@ -44,40 +44,33 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(
         prog="copyfix.upstream.ci", description=__doc__.split("\n")[0]
     )
-    p.add_argument("checkout", nargs="?", help="FlagGems checkout (src, tests, tools)")
-    p.add_argument("--mode", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--label", help="base label (default v<__version__> or folder name)")
-    p.add_argument("--pr", nargs="+", help="PR names (default: every PR)")
-    p.add_argument("--file", nargs="+", help="only these PR files (default: all)")
-    p.add_argument(
+    arg = p.add_argument
+    arg("checkout", nargs="?", help="FlagGems checkout (src, tests, tools)")
+    arg("--mode", choices=("cpu", "cuda"), default="cpu")
+    arg("--label", help="base label (default v<__version__> or folder name)")
+    arg("--pr", nargs="+", help="PR names (default: every PR)")
+    arg("--file", nargs="+", help="only these PR files (default: all)")
+    arg(
         "--with",
         dest="with_prs",
         nargs="+",
         help="apply these PRs too, under every PR run",
     )
-    p.add_argument("--results", help="default results/upstream_ci_<mode>.json")
-    p.add_argument("--machine", help="machine description for the report")
-    p.add_argument("--no-docs", action="store_true", help="leave the docs as they are")
-    p.add_argument(
-        "--test-copy",
-        choices=("quick", "full", "none"),
-        default="full",
+    arg("--results", help="default results/upstream_ci_<mode>.json")
+    arg("--machine", help="machine description for the report")
+    arg("--no-docs", action="store_true", help="leave the docs as they are")
+    arg("--test-copy", choices=("quick", "full", "none"), default="full",
         help=f"{TEST_COPY} with and without the PR: test-op.sh's two commands, "
-        "the --ref=cpu --quick one, or none",
-    )
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT,
-        help="seconds per test-op.sh invocation or pytest run (0: none)",
-    )
-    p.add_argument(
+        "the --ref=cpu --quick one, or none")  # fmt: skip
+    arg("--timeout", type=float, default=DEFAULT_TIMEOUT,
+        help="seconds per test-op.sh invocation or pytest run (0: none)")  # fmt: skip
+    arg(
         "--budget",
         type=float,
         help="seconds for all runs of this base (runs after that: not run)",
     )
-    p.add_argument("--log-dir", help="copy every full log here")
-    p.add_argument("--docs-only", action="store_true", help="only rewrite the docs")
+    arg("--log-dir", help="copy every full log here")
+    arg("--docs-only", action="store_true", help="only rewrite the docs")
     return p.parse_args(argv)
 
 
