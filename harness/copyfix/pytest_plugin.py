@@ -1,18 +1,8 @@
-"""pytest plugin (harness only): run the test suite on the emulated KunlunXIN backend.
-
-Loaded from pyproject's addopts (`-p copyfix.pytest_plugin`). It
-
-* activates the emulation before any test module imports flag_gems;
-* runs the PR tests (``tests/test_*.py``) and the PR benchmark with
-  the KunlunXIN device model on (``emulation.xpu_device_model()``: aten's strided copy
-  missing for every caller in the cuda emulation; the narrower fault of the cpu emulation, see
-  ``copyfix.emulation.faults``), unless ``--xpu-model=off``;
-* gives the PR test files what an upstream checkout gives them: the ``--ref`` and
-  ``--quick`` options of upstream's ``tests/conftest.py`` and a ``tests.accuracy_utils``
-  (``copyfix.accuracy_utils``) when the test package has none;
-* refuses to count a skipped test as a pass: in this repository every collected test
-  must execute (the PR tests skip themselves only off KunlunXIN, which the emulation is
-  not).
+"""pytest plugin (harness only, `-p copyfix.pytest_plugin`): run the suite on the
+emulated KunlunXIN backend.  Activates the emulation before flag_gems is imported, runs
+the PR tests and benchmark under the device model (``--xpu-model=off`` to skip), gives
+the PR files upstream's ``--ref``/``--quick`` and ``tests.accuracy_utils``, and counts a
+skipped test as a failure (every collected test must execute here).
 """
 
 import os
@@ -64,9 +54,8 @@ def pytest_configure(config):
             sys.modules.setdefault(f"benchmark.{name}", getattr(bench_stand_ins, name))
 
 
-# The generic copy_/_to_copy's tests skip themselves where the backend dispatches its
-# own op (KunlunXIN, the emulated backend): tests/overlay/test_generic_ops.py runs them
-# on FlagGems' default backend in a fresh process instead (a skip counts as a failure).
+# Generic-op tests that skip on KunlunXIN: tests/overlay/test_generic_ops.py runs them
+# on FlagGems' default backend in a fresh process instead.
 GENERIC_OP_TESTS = ("test_copy_dtype_conversions.py",)
 
 
@@ -84,8 +73,7 @@ def pytest_report_header(config):
     )
 
 
-# Folders whose tests run without the device model: the overlay's own guards and the
-# harness's tests (they install the model themselves where they need it).
+# Folders whose tests install the device model themselves where they need it.
 UNMODELLED = ("overlay", "tooling")
 
 
@@ -101,8 +89,7 @@ def pytest_runtest_call(item):
     if not _under_model(item):
         yield
         return
-    # a benchmark computes no reference: in the cpu emulation the whole model can go on the CPU
-    # key (see copyfix.emulation.faults); the PR tests get the mode's default model
+    # a benchmark computes no reference: the whole model even on the CPU key
     benchmark = Path(item.path).resolve().parent.name == "benchmark"
     cpu_whole = benchmark and emulation.MODE == "cpu"
     with emulation.xpu_device_model("cpu" if cpu_whole else None):

@@ -1,52 +1,15 @@
 """Run FlagGems' KunlunXIN (``_kunlunxin``) code path without KunlunXIN hardware.
 
-Harness code, not part of the upstream PR.
+Modes: ``native`` (a real XPU: nothing patched); ``cuda`` (stock Triton on an NVIDIA
+GPU, ``GEMS_VENDOR=kunlunxin``, with the :mod:`.shims`); ``cpu`` (``TRITON_INTERPRET=1``
+on CPU tensors: the shims plus :mod:`.interpreter`; ``COPYFIX_CPU_VENDOR=nvidia`` runs
+FlagGems' NVIDIA backend there with the vendor-neutral patches only).  :func:`activate`
+(before ``import flag_gems``) alone reads the environment; the rest reads :mod:`.state`.
 
-Modes
------
-``native``
-    A real KunlunXIN XPU is present: nothing is patched, FlagGems runs as shipped.
-``cuda``
-    The cuda emulation: stock Triton on an NVIDIA GPU with ``GEMS_VENDOR=kunlunxin``.
-    Only what stock Triton cannot accept from the kunlunxin sources is patched
-    (:mod:`.shims`): the missing ``triton.language.extra.xpu.libdevice`` module,
-    ``triton.autotune(generate_configs=...)`` and the XPU-only launch options
-    (``buffer_size_limit=...``, ``isClose*=...``).
-``cpu``
-    The cpu emulation: ``TRITON_INTERPRET=1`` on CPU tensors with
-    ``GEMS_VENDOR=kunlunxin``.  In addition to the shims, the Triton interpreter is made
-    acceptable to FlagGems and converts as compiled Triton does (:mod:`.interpreter`).
-    ``COPYFIX_CPU_VENDOR=nvidia`` runs FlagGems' own NVIDIA backend there instead: the
-    vendor-neutral patches only (no shims, no XPU launch options dropped; the KunlunXIN
-    toolchain model covers KunlunXIN code only, so none of its faults).
-
-The mode is one value: :func:`activate` alone reads ``COPYFIX_EMULATION``,
-``COPYFIX_CPU_VENDOR`` and ``GEMS_VENDOR``; everything else asks :data:`MODE`,
-:data:`CPU_VENDOR`, :data:`GEMS_VENDOR` and :data:`BASE` (kept in :mod:`.state`).
-
-Call :func:`activate` *before* ``import flag_gems``.
-
-Modules
--------
-this one        versions and activation: which libraries and FlagGems bases the
-                patches were written for, and the mode switch
-:mod:`.state`       the active mode, read by every other module
-:mod:`.shims`       stock-Triton shims for the kunlunxin sources (cpu and cuda)
-:mod:`.interpreter` the cpu emulation's patches of Triton's interpreter, torch and FlagGems
-:mod:`.xpu_libdevice` the cpu emulation's interpreter stand-ins for KunlunXIN libdevice functions
-:mod:`.faults`      the device fault model (:func:`xpu_device_model`, :func:`xpu_fallback_failure`)
-:mod:`.kunlunxin`   the kunlunxin copy module FlagGems dispatches to, and the base one
-
-Rules this package keeps
-------------------------
-* Every patch of a third-party internal lives here, under a comment that names the
-  internal, why it is patched, and the version it was written for.  :func:`activate`
-  refuses (``RuntimeError``) to patch versions it was not written for; see
-  :data:`SUPPORTED_VERSIONS` and :data:`FLAGGEMS_BASES`.
-* Emulation is faithful: a patch may make the emulator *work*, never make a wrong
-  result look right.  Functions that exist only on XPU are stubs that raise; the
-  interpreter converts between dtypes the way compiled Triton does, not the way
-  torch does.
+Every patch of a third-party internal names it and the version it was written for;
+:func:`activate` refuses versions outside :data:`SUPPORTED_VERSIONS` /
+:data:`FLAGGEMS_BASES`.  A patch may make the emulator work, never make a wrong result
+look right: XPU-only functions are stubs that raise, conversions are compiled Triton's.
 """
 
 from __future__ import annotations
@@ -65,20 +28,15 @@ from .interpreter import aten_copy_kernel, cpu_dispatch  # noqa: F401
 from .kunlunxin import base_copy_module, copy_module  # noqa: F401
 from .state import CPU_VENDORS, ENV_CPU_VENDOR, ENV_MODE, MODES, require  # noqa: F401
 
-# Versions the patches were written for and checked against.  A version is accepted
-# when its public part (before any "+local" suffix) starts with one of the prefixes.
-# torch 2.13.0 is the CPU development build, torch 2.11.x is on the GPU box.  Triton
-# 3.6.0 is the main run; the others are the Triton matrix (`make test-triton`), on
-# which the version-dependent patches (interpreter.py) were checked.
+# Versions the patches were checked against (a prefix of the public version).  torch
+# 2.13 on CPU, 2.11 on the GPU box; Triton 3.6 and the matrix (`make test-triton`).
 SUPPORTED_VERSIONS = {
     "torch": ("2.13.0", "2.11."),
     "triton": ("3.0.0", "3.2.0", "3.3.1", "3.4.0", "3.5.1", "3.6.0"),
 }
 
-# The FlagGems bases the patches were written for.  A base is recognised by the sha256
-# of the files whose internals the patches lean on, read from the flag_gems package
-# that `import flag_gems` will load (never from a distribution's metadata: a composed
-# or checkout install carries the overlay's version, or none).
+# The FlagGems bases the patches were written for, by the sha256 of the files they lean
+# on in the package `import flag_gems` will load (never a distribution's metadata).
 FLAGGEMS_BASES = {
     "5.0.2": {
         "utils/libentry.py": "922dec5776e887ff",
@@ -92,12 +50,7 @@ FLAGGEMS_BASES = {
         "runtime/backend/_kunlunxin/utils/pointwise_dynamic.py": "fd0e469c8b090252",
     },
 }
-# Which libraries each mode patches (and therefore checks).  native patches nothing.
-_CHECKED_IN_MODE = {
-    "cpu": ("torch", "triton", "flag_gems"),
-    "cuda": ("torch", "triton", "flag_gems"),
-    "native": (),
-}
+_PATCHED = ("torch", "triton", "flag_gems")  # what cpu and cuda patch (native: none)
 
 
 def __getattr__(name: str):
@@ -105,13 +58,6 @@ def __getattr__(name: str):
     if name in ("MODE", "CPU_VENDOR", "GEMS_VENDOR", "BASE"):
         return getattr(state, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-# --------------------------------------------------------------------------- versions
-
-
-def _public(version: str) -> str:
-    return version.split("+", 1)[0]
 
 
 def flag_gems_dir() -> Path | None:
@@ -130,15 +76,13 @@ def _short_sha256(path: Path) -> str | None:
 
 def flag_gems_base(package: Path | None = None) -> str | None:
     """The key of FLAGGEMS_BASES whose files ``package`` (default: the flag_gems to be
-    imported) holds, or None.  A file the overlay patched (PR 3's pointwise_dynamic
-    call sites) is recognised by the pre-image the composition kept beside it."""
+    imported) holds, or None; a file the overlay patched counts as its pre-image."""
     package = package or flag_gems_dir()
     if package is None:
         return None
 
     def held(rel):
-        """The sha256 prefixes the file may stand for: as it is, or (a checkout with
-        PR 3 applied, as upstream-ci makes) with this overlay's patch taken out."""
+        # as it is, or (a checkout with PR 3 applied) with our patch taken out
         kept = package / "_overlay_preimages" / rel
         path = kept if kept.is_file() else package / rel
         found = {_short_sha256(path)}
@@ -216,11 +160,12 @@ def _check_versions(mode: str) -> str | None:
     def supported(lib):
         if lib == "flag_gems":
             return found[lib] in FLAGGEMS_BASES
-        return any(_public(found[lib]).startswith(p) for p in SUPPORTED_VERSIONS[lib])
+        public = found[lib].split("+", 1)[0]
+        return any(public.startswith(p) for p in SUPPORTED_VERSIONS[lib])
 
     bad = [
         f"{lib} {found[lib]} (written for {wanted(lib)})"
-        for lib in _CHECKED_IN_MODE[mode]
+        for lib in (_PATCHED if mode != "native" else ())
         if not supported(lib)
     ]
     if bad:
@@ -232,9 +177,6 @@ def _check_versions(mode: str) -> str | None:
     return found["flag_gems"] if found["flag_gems"] in FLAGGEMS_BASES else None
 
 
-# ------------------------------------------------------------------------ activation
-
-
 def _detect_mode() -> str:
     if shutil.which("xpu-smi") or importlib.util.find_spec("torch_xmlir") is not None:
         return "native"
@@ -244,16 +186,11 @@ def _detect_mode() -> str:
 
 
 def activate(mode: str | None = None, *, detect: bool = True) -> str | None:
-    """Select and set up the emulation mode; call before ``import flag_gems``.
+    """Set up and return the emulation mode; call before ``import flag_gems``.
 
-    ``mode`` is "cpu", "cuda" or "native"; None means ``$COPYFIX_EMULATION`` if set,
-    else "native" when a KunlunXIN XPU is present, else "cuda" when torch sees a CUDA
-    GPU, else "cpu" (with ``detect`` False: no emulation at all, None returned, where
-    neither ``mode`` nor ``$COPYFIX_EMULATION`` asks for one).  Idempotent: a second
-    call with the same (or no) mode returns the active mode; asking for another mode
-    raises.  Returns the mode.
-
-    In the cpu emulation this ends by importing flag_gems (the LibEntry patch needs the class).
+    None: ``$COPYFIX_EMULATION``, else native > cuda > cpu as detected (with ``detect``
+    False: None, no emulation).  Idempotent; another mode than the active one raises.
+    The cpu emulation ends by importing flag_gems (for the LibEntry patch).
     """
     if mode is None:
         mode = state.MODE or os.environ.get(ENV_MODE)

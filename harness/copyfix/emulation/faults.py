@@ -1,47 +1,23 @@
 """A fault model of the KunlunXIN device: aten's strided copy kernel is missing.
 
-On KunlunXIN (torch_xmlir) aten's elementwise copy exists only as a flat loop.  Any
-``aten::copy_`` between two tensors on the device that TensorIterator cannot run as one
-contiguous loop needs the strided (non-contiguous) kernel, and its launch dies with
-``torch.AcceleratorError: CUDA error: invalid device function`` (cudaErrorInvalidDeviceFunction,
-98).  It dies for whoever calls it: FlagGems' own fallback, a benchmark's aten baseline,
-``clone``/``contiguous``/``to`` of a strided tensor, a reference computed on the device.
+On the XPU (torch_xmlir) aten's elementwise copy exists only as a flat loop; any
+same-device ``aten::copy_`` TensorIterator cannot run as one contiguous loop dies with
+``CUDA error: invalid device function`` (98), whoever calls it.  The rules (one test
+each in tests/tooling/test_device_model.py):
 
-The rules this model keeps (each has a test in tests/tooling/test_device_model.py):
+1. A copy runs when ``dst`` and ``src`` have one shape and are both contiguous, or both
+   non-overlapping and dense with equal strides; anything else faults.
+2. aten's own errors and early returns come first (meta, self, empty, non-strided,
+   quantized, zero tensors, internal or partial overlap, shapes that do not broadcast).
+3. Cross-device copies are not faulted here: aten stages them through device copies,
+   which meet rule 1.
+4. ``flag_gems.use_gems()`` registers over the model on the device key and takes the
+   copy while registered; FlagGems' fallback (``redispatch``) meets the model too.
 
-1. **Flat loop.**  A same-device copy runs when ``dst`` and ``src`` have the same shape and
-   either both are contiguous, or both are non-overlapping and dense with equal strides
-   (TensorIterator coalesces such a pair into one contiguous loop, dtype conversion and
-   negation included).  Anything else (a broadcast source, a transpose, a slice, a
-   permute, a strided destination) faults.
-2. **aten's own errors and early returns come first.**  The fault is raised only where
-   aten would reach its kernel: not for zero tensors, meta tensors, ``x.copy_(x)``, empty
-   copies, non-strided layouts, quantized tensors, nor where TensorIterator raises its own
-   error (internal overlap of ``dst``, partial overlap, shapes that do not broadcast).
-3. **Cross-device copies are not faulted here.**  aten runs a host<->device copy as a
-   memcpy of contiguous buffers and stages anything else through ``.contiguous()`` /
-   ``dst.copy_(staging)`` on the device, which are device copies dispatched again: those
-   inner copies meet rule 1.  So ``strided.cpu()`` faults on the device side, as on the XPU,
-   and ``contiguous.cpu()`` runs.  (In the cpu emulation there is no second device: see below.)
-4. **FlagGems takes the copy when it is registered.**  The model is a kernel for
-   ``aten::copy_`` on the device's dispatch key.  ``flag_gems.use_gems()``/``enable()``
-   register FlagGems' ``copy_`` on the same key later, and the dispatcher uses the most
-   recent registration, so FlagGems' ``copy_`` runs while it is registered and the model
-   is back when it is removed (a test pins this).  FlagGems' own fallback reaches aten by
-   ``redispatch`` with the CompositeExplicitAutograd keyset, below the device key; the model
-   intercepts that call too (``_FaultyHandle``), with the same rules.
-
-**Recording instead of raising.**  Given a list (``record=``), :func:`xpu_device_model` and
-:func:`xpu_fallback_failure` append one entry per copy the model would fault (which way
-it reached aten, both layouts, the FlagGems op and the caller's line that led there:
-:func:`fault_entry`) and let aten run it, so a whole run lists every such copy instead
-of stopping at the first.
-
-The cpu emulation keeps a narrower fault (:func:`xpu_fallback_failure`): there the emulated device
-and the host that holds the references are the same CPU, so faulting every CPU copy
-would break the references and torch itself.  Only FlagGems' fallback (the redispatch)
-is faulted there.  :func:`xpu_device_model` with ``device_type="cpu"`` installs the whole
-model on the CPU key for a scope, which the model's own tests use.
+Given ``record=``, the copies that would fault are listed (:func:`fault_entry`) and
+run.  In the cpu emulation the host holding the references is the emulated device, so
+the default there is the narrow fault, :func:`xpu_fallback_failure` (the redispatch
+only); ``xpu_device_model("cpu")`` installs the whole model for a scope.
 """
 
 from __future__ import annotations
@@ -147,16 +123,14 @@ def _frame_label(frame) -> str:
 
 
 def fault_entry(dst, src, via: str) -> dict:
-    """What a recording model lists for one faulting copy: ``via`` ("dispatch": a
-    copy_ dispatched to the device key, e.g. torch's clone/contiguous; "redispatch":
-    FlagGems' own fallback) and :func:`call_entry`."""
+    """One faulting copy: ``via`` ("dispatch" to the device key, or FlagGems'
+    "redispatch") and :func:`call_entry`."""
     return {"via": via, **call_entry(dst, src, sys._getframe(1))}
 
 
 def call_entry(dst, src, frame) -> dict:
-    """One copy seen from ``frame`` (its caller's): ``op``, the outermost FlagGems
-    frame (the op torch dispatched to, None if FlagGems is not on the stack),
-    ``call_site``, the innermost frame outside torch, FlagGems and the emulation, and
+    """One copy seen from ``frame``: ``op`` (the outermost FlagGems frame, or None),
+    ``call_site`` (the innermost frame outside torch, FlagGems and the emulation) and
     both layouts."""
     op = call_site = None
     while frame is not None:
@@ -214,10 +188,8 @@ def _faulty_redispatch(device_type: str, record: list | None = None) -> Iterator
     import torch
 
     op = torch.ops.aten.copy_.default
-    # torch 2.13.0 / 2.11.x torch/_ops.py: OpOverload.redispatch(keyset, *args) is
-    # `self._handle.redispatch_boxed(keyset, *args)`, with _handle a
-    # functools.cached_property kept in the instance __dict__.  Shadow it for the
-    # duration; dropping the shadow lets the cached property come back.
+    # torch 2.13 / 2.11 OpOverload.redispatch calls `self._handle.redispatch_boxed`,
+    # _handle a cached_property in the instance __dict__: shadowed for the scope
     previous = op.__dict__.get("_handle", None)
     stock = op._handle
     op.__dict__["_handle"] = _FaultyHandle(stock, device_type, record)
@@ -235,8 +207,7 @@ def xpu_fallback_failure(
     device_type: str | None = None, record: list | None = None
 ) -> Iterator[None]:
     """The narrow fault: only ``aten::copy_`` reached by ``redispatch`` (FlagGems'
-    fallback) follows the model's rules.  What the cpu emulation runs its suites with.
-    ``record``: list the faulting copies there and run them (see the module text)."""
+    fallback) meets the model (the cpu emulation's suites)."""
     with _faulty_redispatch(device_type or _device_type(), record):
         yield
 
@@ -245,14 +216,8 @@ def xpu_fallback_failure(
 def xpu_device_model(
     device_type: str | None = None, record: list | None = None
 ) -> Iterator[None]:
-    """The whole model (rules 1-4) for every caller, while open.
-
-    ``device_type`` defaults to the emulated device: "cuda" in the cuda emulation.  In the cpu emulation the
-    default is the narrow fault (see the module text); pass "cpu" to install the whole
-    model on the CPU key for a scope that computes no reference inside it.
-    ``record``: a list that receives one :func:`fault_entry` per copy the model would
-    fault, which then runs as aten runs it (nothing is raised).
-    """
+    """The whole model (rules 1-4) for every caller, while open; ``device_type``
+    defaults to "cuda" (the cpu emulation: the narrow fault; "cpu" for the whole)."""
     import torch
 
     if device_type is None:
@@ -268,8 +233,7 @@ def xpu_device_model(
     def copy_(dst, src, non_blocking=False):
         if fault_applies(dst, src, device_type):
             _fault(dst, src, "dispatch", record)
-        # aten's own copy_ (its CompositeExplicitAutograd kernel): what the device key
-        # runs when nothing is registered there
+        # aten's own copy_: what the device key runs with nothing registered there
         return stock.redispatch_boxed(composite, dst, src, non_blocking)
 
     lib = torch.library.Library("aten", "IMPL")
@@ -282,17 +246,9 @@ def xpu_device_model(
 
 
 def _register_below_later_ones(torch, lib, op, fn, key):
-    """Register fn for aten::op on key so that a later registration still takes over.
-
-    The dispatcher keeps every registration of one operator and key, uses the latest and
-    restores the previous one when the latest is removed: rule 4 rests on that.  But
-    torch 2.11's torch/library.py Library.impl refuses a second *Python* kernel for one
-    operator and key (it keeps them in the module-level set ``_impls``; torch 2.13's
-    ``allow_override`` defaults to allowing it), and FlagGems' registrar logs that refusal
-    and goes on without its kernel.  So the model's entry is kept out of ``_impls``:
-    FlagGems' later ``use_gems()`` registers over it, as it would on the device, and a
-    registration already there does not refuse the model.
-    """
+    """Register fn for aten::op on key so that a later registration still takes over
+    (rule 4): torch 2.11's Library.impl refuses a second Python kernel listed in
+    ``torch.library._impls``, so the model's entry is kept out of it."""
     impls = torch.library._impls
     name = f"aten/{op}/{key}"
     held = name in impls  # (FlagGems registered first: its entry stays)

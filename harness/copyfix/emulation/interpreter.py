@@ -1,12 +1,9 @@
-"""The cpu emulation: the kunlunxin code path on Triton's interpreter, on CPU tensors.
+"""The cpu emulation: FlagGems on Triton's interpreter, on CPU tensors.
 
-(``COPYFIX_CPU_VENDOR=nvidia``: FlagGems' default backend on the same interpreter, with
-the vendor-neutral patches only; see :func:`patch_triton_interpreter`.)
-
-Besides the shims every mode gets, the interpreter is made acceptable to FlagGems
-(a ``JITFunction`` that runs on the interpreter, CPU device guards, LibEntry on the
-interpreter), its conversions are made to match compiled Triton's, and
-:func:`cpu_dispatch` routes ``Tensor.copy_`` on CPU tensors to the kunlunxin op.
+The interpreter is made acceptable to FlagGems (a ``JITFunction`` on the interpreter,
+CPU device guards, LibEntry), converts as compiled Triton does, and :func:`cpu_dispatch`
+routes ``Tensor.copy_`` on CPU tensors to the kunlunxin op.  Each patch below names the
+internal it replaces and the versions it was checked on.
 """
 
 from __future__ import annotations
@@ -29,36 +26,14 @@ import numpy as np
 from . import toolchain
 from .kunlunxin import KUNLUNXIN_COPY_MODULE, _check_copy_module, copy_module
 from .shims import strip_xpu_launch_options
-from .state import require
+from .state import patch, require
 
 _state = threading.local()  # .staging > 0 while the interpreter writes results back
-# Triton's interpreter patches triton.language module-wide while it runs a grid
-# (runtime/interpreter.py GridExecutor, _patch_lang): two grids run from two threads
-# would tread on each other.  A device runs one stream's kernels in order anyway;
-# the emulated device runs one grid at a time (host code around it stays concurrent).
+# The interpreter patches triton.language module-wide while a grid runs: the emulated
+# device runs one grid at a time, as a device runs one stream's kernels in order.
 _GRID_LOCK = threading.RLock()
 
 
-# --- triton 3.0-3.6 runtime/jit.py JITFunction.run returns the CompiledKernel it
-# launched; flag_gems' LibEntry (5.0.2 and main) caches it and launches it later as
-# `kernel[grid](*args)` (compiler/compiler.py CompiledKernel.__getitem__).  The
-# launcher's convention depends on the version (each wheel's jit.py JITFunction.run,
-# compiler.py CompiledKernel and nvidia driver.py):
-# - 3.0-3.2: `kernel.run(gx, gy, gz, stream, function, packed_metadata, meta, enter,
-#   exit, *non_constexpr_args)`: the constexprs are baked into the compiled kernel and
-#   are not passed; LibEntry passes only the others on these versions;
-# - 3.3-3.6: the same, with every parameter in signature order, constexprs included
-#   (the launcher skips them: their values are the baked ones);
-# - the launch hooks are CompiledKernel.launch_enter_hook/launch_exit_hook (class
-#   attributes) up to 3.3, knobs.runtime's from 3.4 (None by default on 3.4, an empty
-#   HookChain on 3.5-3.6).
-# PR 3's launch cache (flag_gems/utils/launch_cache.py) launches the compiled kernel
-# itself through that convention.  The interpreter compiles nothing and returns None.
-# InterpretedKernel stands in for the CompiledKernel: the same launch protocol (launch
-# hooks included), run on the interpreter, and at least as strict as the compiled
-# launcher: the argument count of the version's convention, the handles it was given,
-# and constexpr values equal to the ones it was "compiled" with (a compiled kernel
-# would silently use its baked values; this one refuses).
 @functools.cache
 def _triton_version() -> tuple[int, int]:
     import triton
@@ -73,7 +48,7 @@ def constexprs_in_launch() -> bool:
 
 
 def hook_holder():
-    """What holds this Triton's launch hooks (launch_enter_hook, launch_exit_hook)."""
+    """What holds this Triton's launch hooks: CompiledKernel up to 3.3, knobs.runtime after."""
     if _triton_version() >= (3, 4):
         from triton import knobs
 
@@ -83,12 +58,13 @@ def hook_holder():
     return CompiledKernel
 
 
-def launch_hooks():
-    """(enter, exit) launch hooks where this Triton keeps them."""
-    holder = hook_holder()
-    return holder.launch_enter_hook, holder.launch_exit_hook
-
-
+# --- triton 3.0-3.6 JITFunction.run returns the CompiledKernel, which LibEntry and
+# PR 3's launch cache launch later as `kernel.run(gx, gy, gz, stream, function,
+# packed_metadata, meta, enter, exit, *args)` (3.0-3.2: non-constexpr args only; 3.3+:
+# every parameter).  The interpreter returns None.  InterpretedKernel stands in, at
+# least as strict as the compiled launcher: the version's argument count, its own
+# handles, and constexprs equal to the ones it was "compiled" with (a compiled kernel
+# would silently use its baked values; this one refuses).
 class InterpretedKernel:
     packed_metadata = ("copyfix-interpreted",)
 
@@ -114,7 +90,9 @@ class InterpretedKernel:
             )
         given = dict(zip((p.name for p in taken), args))
         for name, baked in self.constexprs.items():
-            if name in given and not _same_constexpr(given[name], baked):
+            if name in given and not (
+                type(given[name]) is type(baked) and given[name] == baked
+            ):
                 raise TypeError(
                     f"{self.jit_fn!r} launched with constexpr {name}={given[name]!r}; "
                     f"it was compiled for {baked!r}"
@@ -138,20 +116,20 @@ class InterpretedKernel:
 
     def __getitem__(self, grid):
         def runner(*args):
-            enter, leave = launch_hooks()
+            holder = hook_holder()
             meta = self.launch_metadata(grid, None, *args)
             self.run(grid[0], grid[1], grid[2], None, self.function,
-                     self.packed_metadata, meta, enter, leave, *args)  # fmt: skip
+                     self.packed_metadata, meta, holder.launch_enter_hook,
+                     holder.launch_exit_hook, *args)  # fmt: skip
 
         return runner
 
 
 @contextlib.contextmanager
 def _in_grid() -> Iterator[None]:
-    """Around one interpreted launch: device-function calls may run (see
-    patch_triton_interpreter, JITFunction.__call__)."""
+    """Around one interpreted launch (device-function calls may run inside)."""
     grids = getattr(_state, "grids", 0)
-    if not grids:  # the modules this launch patched (patch_triton_interpreter)
+    if not grids:  # the modules this launch patched (_patch_lang_of_device_functions)
         _state.patched_langs = set()
     _state.grids = grids + 1
     try:
@@ -162,34 +140,21 @@ def _in_grid() -> Iterator[None]:
             _state.patched_langs = set()
 
 
-def _same_constexpr(a, b) -> bool:
-    return type(a) is type(b) and a == b
-
-
 def import_triton_uninterpreted() -> None:
-    """Import Triton with TRITON_INTERPRET unset, before anything else imports it.
-
-    A child process (an xdist worker) inherits TRITON_INTERPRET=1 from a parent whose
-    cpu emulation's activation set it. Set at `import triton`, it turns Triton's own @jit
-    library functions into stock InterpretedFunction objects, which the JITFunction
-    stand-in of patch_triton_interpreter cannot reference ("Unsupported function
-    referenced"). setup_cpu_environment sets it again afterwards.
-    """
+    """Import Triton with TRITON_INTERPRET unset (an xdist worker inherits it): set at
+    import, it makes Triton's own @jit functions stock InterpretedFunctions, which the
+    JITFunction stand-in cannot reference.  setup_cpu_environment sets it again."""
     if "triton" not in sys.modules:
         os.environ.pop("TRITON_INTERPRET", None)
         import triton  # noqa: F401
 
 
 def setup_cpu_environment(vendor: str = "kunlunxin") -> None:
-    # FlagGems' backend: kunlunxin, or (COPYFIX_CPU_VENDOR=nvidia) its default one
     os.environ["GEMS_VENDOR"] = vendor
-    # triton 3.6.0 triton.knobs.runtime.interpret reads TRITON_INTERPRET lazily, at each
-    # triton.jit decoration: it must be set before flag_gems defines its kernels.
+    # triton 3.6 reads TRITON_INTERPRET at each triton.jit decoration
     os.environ["TRITON_INTERPRET"] = "1"
-    # flag_gems 5.0.2 utils/libentry.py builds `libcache = LibCache(FLAGGEMS_DB_URL)` at import;
-    # without $FLAGGEMS_DB_URL it names the sqlite file after torch.cuda.get_device_name(),
-    # which fails without CUDA.  utils/code_cache.py writes generated kernels under
-    # $FLAGGEMS_CACHE_DIR (default ~/.flaggems).  Give both a private directory.
+    # flag_gems' LibCache names its sqlite file after the CUDA device unless
+    # $FLAGGEMS_DB_URL is set; give it and the code cache a private directory
     if "FLAGGEMS_CACHE_DIR" not in os.environ:
         os.environ["FLAGGEMS_CACHE_DIR"] = tempfile.mkdtemp(prefix="copyfix-flaggems-")
     if "FLAGGEMS_DB_URL" not in os.environ:
@@ -201,9 +166,8 @@ def setup_cpu_environment(vendor: str = "kunlunxin") -> None:
 
 
 def patch_triton_interpreter(vendor: str = "kunlunxin") -> None:
-    """Triton's interpreter made to run FlagGems as compiled Triton would: the patches
-    below, in this order, vendor-neutral but for the XPU launch options dropped (only
-    the kunlunxin sources pass them) and triton.language's repatching skipped."""
+    """The interpreter patches, in order; vendor-neutral but for the XPU launch options
+    dropped (kunlunxin only) and the repatching skipped (nvidia only)."""
     from triton.runtime import interpreter
 
     if getattr(interpreter, "_copyfix_patched", False):
@@ -226,13 +190,9 @@ def patch_triton_interpreter(vendor: str = "kunlunxin") -> None:
     interpreter._copyfix_patched = True
 
 
-# --- triton 3.6.0 runtime/jit.py jit(): under TRITON_INTERPRET=1 it returns
-# `interpreter.InterpretedFunction(fn, **options)` (looked up in the interpreter
-# module at decoration time), which is not a JITFunction.  flag_gems 5.0.2 asserts
-# isinstance(fn, JITFunction) (pointwise_dynamic, LibEntry) and reads cache_key,
-# params, arg_names, __globals__.  This JITFunction subclass gets all of those from
-# JITFunction.__init__ (which compiles nothing) and runs every launch and device
-# call on the stock interpreter object.
+# --- triton 3.6 jit() under TRITON_INTERPRET=1 returns an InterpretedFunction, which
+# is no JITFunction; flag_gems asserts isinstance(fn, JITFunction) and reads its
+# cache_key, params, arg_names.  This subclass has those and runs on the stock object.
 def _jit_function_on_the_interpreter(interpreter, stock, strips_xpu_options) -> None:
     import triton.language as tl
     from triton.runtime.jit import JITFunction
@@ -241,9 +201,8 @@ def _jit_function_on_the_interpreter(interpreter, stock, strips_xpu_options) -> 
         def __init__(self, fn, **options):
             super().__init__(fn, **options)
             self.interpreted = stock(fn, **options)
-            # 3.6's interpreter runs the pre-run hooks itself (one shared list);
-            # before 3.6 it has none, and this object runs JITFunction's own list
-            # as compiled Triton's JITFunction.run does
+            # 3.6's interpreter runs the pre-run hooks itself; before 3.6 this object
+            # runs them, as compiled Triton's JITFunction.run does
             stock_hooks = getattr(self.interpreted, "pre_run_hooks", None)
             self._runs_hooks = stock_hooks is None
             if stock_hooks is not None:
@@ -273,12 +232,8 @@ def _jit_function_on_the_interpreter(interpreter, stock, strips_xpu_options) -> 
             return baked
 
         def __call__(self, *args, **kwargs):  # device-function call inside a kernel
-            # --- triton 3.6.0 compiler/code_generator.py (call_JitFunction): a
-            # device function's arguments that are no Triton values become
-            # constexprs, so `get_dtype_min(x.type.element_ty)` (flag_gems
-            # utils/limits.py, 5.0.2 and main: argmax, max, ...) reads `dtype.value`.
-            # The interpreter passes the bare tl.dtype ("'dtype' object has no
-            # attribute 'value'").  Wrap dtypes (only) as the compiler does.
+            # the compiler makes a device function's dtype arguments constexprs
+            # (flag_gems utils/limits.py reads `dtype.value`); the interpreter does not
             args = [tl.constexpr(a) if isinstance(a, tl.dtype) else a for a in args]
             kwargs = {
                 k: tl.constexpr(a) if isinstance(a, tl.dtype) else a
@@ -295,57 +250,33 @@ def _jit_function_on_the_interpreter(interpreter, stock, strips_xpu_options) -> 
     interpreter.InterpretedFunction = InterpretedJITFunction
 
 
-# --- triton 3.6.0 runtime/jit.py JITFunction.__call__ raises "Cannot call
-# @triton.jit'd outside of the scope of a kernel" (patched on 3.6 only: the
-# Triton matrix, 3.0-3.5, was checked without it).  Triton is imported without
-# TRITON_INTERPRET (import_triton_uninterpreted), so its own @jit library functions
-# (language/standard.py: tl.cdiv, tl.sum, tl.sigmoid, ...) are plain
-# JITFunctions, not the stock InterpretedFunctions an interpreted import would
-# make; a kernel calling one (the generic pointwise_dynamic's kernels call tl.cdiv
-# in every launch) fails on the interpreter where compiled Triton inlines it.
-# Inside an interpreted launch (and only there) such a call runs the function on
-# the stock interpreter, as an interpreted import would; outside one it raises as
-# before: what compiled Triton does, so no device failure is hidden.  Both
-# variants: the kunlunxin reductions (sum, mean, any) and isin call Triton's
-# library functions (tl.sum, tl.cdiv, ...) the same way.
+# --- triton 3.6 JITFunction.__call__ raises outside a kernel.  Triton's own @jit
+# library functions (tl.cdiv, tl.sum, ...) are plain JITFunctions here (imported
+# uninterpreted); inside an interpreted launch, and only there, a call runs on the
+# stock interpreter, as compiled Triton inlines it.  Outside one it still raises.
 def _library_jit_calls_inside_a_launch(stock) -> None:
     from triton.runtime.jit import JITFunction
 
-    if getattr(JITFunction.__call__, "_copyfix_patched", False):
-        return
-    stock_jit_call = JITFunction.__call__
+    @patch(JITFunction, "__call__")
+    def _(stock_jit_call):
+        def jit_call(self, *args, **kwargs):
+            if not getattr(_state, "grids", 0):
+                return stock_jit_call(self, *args, **kwargs)
+            interpreted = self.__dict__.get("_copyfix_interpreted")
+            if interpreted is None:
+                interpreted = stock(self.fn)
+                self._copyfix_interpreted = interpreted
+            return interpreted(*args, **kwargs)
 
-    def jit_call(self, *args, **kwargs):
-        if not getattr(_state, "grids", 0):
-            return stock_jit_call(self, *args, **kwargs)
-        interpreted = self.__dict__.get("_copyfix_interpreted")
-        if interpreted is None:
-            interpreted = stock(self.fn)
-            self._copyfix_interpreted = interpreted
-        return interpreted(*args, **kwargs)
-
-    jit_call._copyfix_patched = True
-    jit_call.__wrapped__ = stock_jit_call
-    JITFunction.__call__ = jit_call
+        return jit_call
 
 
-# --- triton 3.6.0 runtime/interpreter.py _patch_lang(fn): asserts that
-# triton.language is a global of every interpreted function, device functions
-# included.  kunlunxin ops/copy.py's scalar function `_copy_kernel(src)` lives in a
-# module that imports only `triton`.  It is only ever called from inside a kernel,
-# whose own _patch_lang already patched the (shared) triton.language module, so
-# there is nothing left to patch: return an empty scope instead of asserting.
-#
-# --- (same function, triton 3.6.0) the stock interpreter patches triton.language
-# again at every device-function call (InterpretedFunction.__call__), with the same
-# interpreted members the running grid's own _patch_lang set, and never restores a
-# device call's patches (it drops the scope): pure repetition, about half of the
-# nvidia variant's tiny decode (flag_gems ops/isin.py calls a device function in a
-# loop; a generate took 19 s with it, 10 s without).  With ``skips_repatching``,
-# within one interpreted launch, a module the launch already patched
-# (triton.language or triton.language.core) is not patched again; the launch's own
-# scope restores it at the end as before.  nvidia variant on 3.6 only (the kunlunxin
-# variant and the Triton matrix were checked without it).
+# --- triton 3.0-3.6 _patch_lang(fn) asserts triton.language is a global of every
+# interpreted function; kunlunxin copy.py's device function `_copy_kernel` lives in a
+# module that imports only `triton`, and runs inside a kernel whose _patch_lang already
+# patched it: return an empty scope.  With ``skips_repatching`` (nvidia variant, 3.6),
+# a module the running launch already patched is not patched again at each device call
+# (pure repetition, half of the nvidia tiny decode's time).
 def _patch_lang_of_device_functions(interpreter, skips_repatching: bool) -> None:
     import triton.language as tl
 
@@ -358,10 +289,8 @@ def _patch_lang_of_device_functions(interpreter, skips_repatching: bool) -> None
             # (3.6 returns the scope it patched in; before 3.6 nothing is returned)
             scope = getattr(interpreter, "_LangPatchScope", None)
             return scope() if scope is not None else None
-        # 3.0-3.2 find triton.language with `value in [tl, tl.core]` over every
-        # global, which calls __eq__ of objects that refuse a module (torch dtypes'
-        # pybind __eq__ raises TypeError); 3.3+ look at modules only.  Show the stock
-        # function the modules only: it reads nothing else of fn.
+        # 3.0-3.2 test `value in [tl, tl.core]` on every global, and torch dtypes'
+        # __eq__ raises on a module: show the stock function the modules only
         modules = {k: v for k, v in fn.__globals__.items() if inspect.ismodule(v)}
         if skips_repatching and getattr(_state, "grids", 0):
             langs = {id(v) for v in modules.values() if v is tl or v is tl.core}
@@ -373,35 +302,16 @@ def _patch_lang_of_device_functions(interpreter, skips_repatching: bool) -> None
     interpreter._patch_lang = _patch_lang
 
 
-# --- triton 3.6.0 runtime/interpreter.py InterpreterBuilder.cast_impl: bfloat16 is
-# held as uint16 bit patterns; fp32->bf16 truncates (`_convert_float` with no
-# rounding), every other X->bf16 / bf16->X runs numpy astype on the raw bits
-# (garbage), and bf16->fp32 maps bf16 subnormals wrongly.  Compiled Triton 3.6
-# (NVIDIA lowering, measured on the H200: results/conversions_h200.json,
-# docs/COPY_REPORT.md "Conversions") rounds every conversion into bf16 ONCE, to
-# nearest even, from the exact source value: int->bf16 is one rounding of the
-# integer (cvt.rn.bf16.s32/s64), not int->fp32->bf16 as torch does.  Replace the
-# bf16 cases with exact arithmetic; everything else stays with the stock
-# implementation (numpy astype), whose results for the other pairs match compiled
-# Triton wherever C defines the conversion (same docs section; pinned by
-# tests/tooling/test_conversions.py).
-#
-# Compiled Triton 3.6 also folds an integer -> float32 conversion followed by a
-# truncation to a 16-bit float into ONE conversion (MLIR's arith canonicalization
-# truncf(sitofp(x)) -> sitofp(x), and uitofp alike): `x.to(tl.float32)` stored into
-# a bf16 pointer rounds the integer once, as the H200 shows ("via_fp32" in
-# results/conversions_h200.json).  The interpreter runs the two steps apart, so an
-# integer's float32 handle remembers the integers it came from, and a truncation
-# of that very handle converts them directly.
-#
-# The KunlunXIN toolchain's conversion faults (copyfix.emulation.toolchain): each
-# conversion is checked as compiled Triton emits it, after the fold above; a float16
-# widened to float32 in the kernel still counts as float16 (Triton's semantic sends
-# fp16 -> bf16 through float32).  A literal of the kernel's source (`x != 0`)
-# reaches the interpreter as a constant of the builder's (get_int32 & co.), which
-# the interpreter then converts at run time; a compiler folds it into a constant of
-# the other type, so its conversions are not checked: the builder's constants (and
-# their splats, broadcasts and expansions) carry a mark.
+# --- triton 3.6 InterpreterBuilder.cast_impl: bf16 is held as uint16 bits and every
+# X->bf16 / bf16->X but fp32->bf16 (truncated) runs astype on the raw bits.  Compiled
+# Triton (measured on the H200: results/conversions_h200.json, pinned by
+# tests/tooling/test_conversions.py) rounds into bf16 once, to nearest even, from the
+# exact value; the bf16 cases are exact arithmetic here, the rest stays stock.  It also
+# folds int -> fp32 -> 16-bit float into one conversion (truncf(sitofp(x))): an
+# integer's fp32 handle remembers its source, and its truncation converts that.
+# The toolchain model (copyfix.emulation.toolchain) checks each conversion as compiled
+# Triton emits it, after the fold, with fp16 widened to fp32 still counted as fp16;
+# the builder's constants (literals a compiler folds) carry a mark and are not checked.
 def _casts_as_compiled_triton(interpreter) -> None:
     import triton.language as tl
 
@@ -432,9 +342,7 @@ def _casts_as_compiled_triton(interpreter) -> None:
             return result
         if src_ty == tl.bfloat16 and dst_ty != tl.bfloat16:
             value = bf16_bits_to_float32(src.data)
-            if (
-                dst_ty != tl.float32
-            ):  # triton's semantic routes bf16->X through fp32; be safe
+            if dst_ty != tl.float32:  # (triton's semantic goes through fp32)
                 value = value.astype(interpreter._get_np_dtype(dst_ty))
             return interpreter.TensorHandle(value, dst_ty)
         if dst_ty == tl.bfloat16 and src_ty != tl.bfloat16:
@@ -445,8 +353,6 @@ def _casts_as_compiled_triton(interpreter) -> None:
                 return interpreter.TensorHandle(int_to_bf16_bits(data), dst_ty)
             if src_ty.is_fp64():  # one rounding, not fp64->fp32->bf16
                 data = float64_to_float32_round_to_odd(data)
-            # fp16->fp32 is exact; fp32->bf16 rounds once (as do fp64 values taken to
-            # fp32 rounding to odd first: fp32 keeps more than bf16's bits + 2)
             return interpreter.TensorHandle(
                 float32_to_bf16_bits(data.astype(np.float32)), dst_ty
             )
@@ -481,25 +387,16 @@ def _casts_as_compiled_triton(interpreter) -> None:
             setattr(builder, name, _keeps_constant(create))
     for name in ("create_si_to_fp", "create_ui_to_fp", "create_fp_to_si",
                  "create_fp_to_ui", "create_fp_ext", "create_fp_trunc"):  # fmt: skip
-        # The stock class binds these as lambdas calling self.cast_impl: nothing to rebind,
-        # but make sure that is still true for this Triton.
         if "cast_impl" not in getattr(builder, name).__code__.co_names:
             raise RuntimeError(
                 f"triton interpreter's InterpreterBuilder.{name} no longer goes through cast_impl"
             )
 
 
-# --- triton 3.6.0 runtime/interpreter.py GridExecutor._restore_args_dev: after a
-# launch the interpreter writes its host copies back with `storage.copy_(host)`.
-# For CPU tensors the host copy *is* the tensor's storage (UntypedStorage.cpu()
-# returns self), so this is a self-copy and emulator plumbing, not a copy on the
-# device.  While the write-back runs (_write_back_staged), a storage copied onto
-# itself is left as it is (any other write-back copies as before), so that it
-# reaches no copy_ kernel: neither the kunlunxin copy_ under cpu_dispatch() or
-# flag_gems.use_gems(), where spies, launch counts and fault injection would see it,
-# nor a copy_ that failed to see it as a no-op (a mutant of its self-alias check),
-# which would launch a kernel inside the running launch and deadlock on LibEntry's
-# lock.  (torch 2.13.0 / 2.11.x UntypedStorage.copy_.)
+# --- triton 3.3-3.6 GridExecutor._restore_args_dev writes results back with
+# `storage.copy_(host)`, for a CPU tensor a self-copy: emulator plumbing, left alone
+# during the write-back so that it reaches no copy_ kernel (spies and faults would see
+# it; a copy_ missing the self-alias no-op would deadlock on LibEntry's lock).
 def _storage_self_copies_left_alone() -> None:
     import torch
 
@@ -519,14 +416,9 @@ def _storage_self_copies_left_alone() -> None:
     torch.UntypedStorage.copy_ = _storage_copy_
 
 
-# --- triton 3.0-3.6 runtime/interpreter.py GridExecutor._restore_args_dev: marks the
-# write-back (``_state.staging``) for _storage_self_copies_left_alone.  On 3.0-3.2 the
-# host copy of a tensor argument is `arg.cpu()`, which for a CPU tensor is the tensor
-# itself (or, for a lazily negated one, the plain alias _strided_buffers_pass_through
-# makes), and the write-back is `arg_dev.data.copy_(arg_hst.to(arg_dev.device).data)`:
-# a Tensor.copy_ of memory onto itself, which would reach the kunlunxin copy_ under
-# test.  Such pairs (the same memory, same view) are left out of the write-back, as
-# 3.3+'s storage self-copies are; any other pair is written back as before.
+# --- triton 3.0-3.6 GridExecutor._restore_args_dev: marks the write-back
+# (``_state.staging``).  3.0-3.2 write back with a Tensor.copy_ of the memory onto
+# itself, which would reach the copy_ under test: such pairs are left out.
 def _write_back_staged(interpreter) -> None:
     import torch
 
@@ -560,14 +452,9 @@ def _write_back_staged(interpreter) -> None:
     interpreter.GridExecutor._restore_args_dev = _restore_args_dev
 
 
-# --- triton 3.6.0 runtime/interpreter.py GridExecutor._init_args_hst: makes a host
-# tensor for every argument with data_ptr() through Tensor-only methods (new_empty,
-# storage_offset, set_).  flag_gems' StridedBuffer (utils/tensor_wrapper.py, the
-# argument type of every pointwise_dynamic launch through __call__) has data_ptr()
-# and dtype, which is all a kernel argument needs, but not those methods, and may
-# describe negative strides no tensor view can.  A CPU-resident one needs no host
-# copy at all (the interpreter reads and writes memory through data_ptr()), so it is
-# passed through as is; the write-back then copies its storage onto itself.
+# --- triton 3.6 GridExecutor._init_args_hst builds host copies with Tensor-only
+# methods; flag_gems' StridedBuffer has data_ptr() and dtype only (and may describe
+# negative strides).  A CPU-resident one needs no host copy: passed through as is.
 def _strided_buffers_pass_through(interpreter) -> None:
     import torch
 
@@ -581,11 +468,8 @@ def _strided_buffers_pass_through(interpreter) -> None:
             storage(), "device", None
         ) == torch.device("cpu")
 
-    # A tensor with the lazy negation bit: the stock method's new_empty() clones it
-    # first (resolving the negation, through copy_, which re-enters the op under test
-    # and deadlocks on LibEntry's lock).  Compiled Triton reads such a tensor's memory
-    # through data_ptr() and never sees the bit; the kernel gets that memory here too,
-    # as a plain alias of the same storage.
+    # a lazily negated tensor would be cloned through copy_ (re-entering the op under
+    # test); compiled Triton reads its memory through data_ptr(): a plain alias here
     def _raw(arg):
         if isinstance(arg, torch.Tensor) and arg.is_neg():
             alias = torch.empty(0, dtype=arg.dtype, device=arg.device)
@@ -612,14 +496,9 @@ def _strided_buffers_pass_through(interpreter) -> None:
     interpreter.GridExecutor._init_args_hst = _init_args_hst
 
 
-# --- triton 3.0-3.2 runtime/interpreter.py _patch_lang_tensor: a tensor's __bool__
-# evaluates any one-element tensor (`bool(data) if data.size == 1 else True`), and
-# 3.0-3.2's language/semantic.py store, load and atomics test a mask with `if not
-# mask:`.  A one-lane block (a 1-wide tile: the kunlunxin codegen gives one to a
-# 1-element tensor, over 12 programs) whose lane is masked off is then stored
-# *unmasked*, out of bounds (the heap corrupts: `free(): invalid next size`), where
-# compiled Triton (no such __bool__) and 3.3+ (`if mask is None:`) write nothing.
-# Only scalars, which are no blocks, evaluate: what compiled Triton can branch on.
+# --- triton 3.0-3.2 _patch_lang_tensor: __bool__ evaluates any one-element block,
+# and `if not mask:` in store/load then stores a masked-off one-lane block unmasked,
+# out of bounds.  Only scalars evaluate, as in compiled Triton and 3.3+.
 def _only_scalars_branch(interpreter) -> None:
     stock_patch_lang_tensor = interpreter._patch_lang_tensor
 
@@ -632,17 +511,9 @@ def _only_scalars_branch(interpreter) -> None:
     interpreter._patch_lang_tensor = _patch_lang_tensor
 
 
-# --- triton 3.6.0 runtime/interpreter.py _implicit_cvt: a Python bool kernel
-# argument gets Triton type int1 (mangle_type) but an int32 numpy array, which
-# TensorHandle rejects ("numpy data itemsize (32 bits) exceeds dtype
-# primitive_bitwidth (1 bits) for triton type int1"): a bool fill value (full,
-# fill_ of a bool tensor, FlagGems 5.0.2 and main) cannot be launched.  A Python
-# float argument stays a bare float, which has no `.to` (a float exponent of
-# pow: "'float' object has no attribute 'to'").  Compiled Triton passes them as an
-# i1 and an fp32 scalar (mangle_type: "i1", "fp32").  Hold them so, as numpy bool
-# (the interpreter's own int1 storage: comparisons give np.bool_) and float32;
-# every other argument as before.  3.6 only (the Triton matrix was checked
-# without it).
+# --- triton 3.6 _implicit_cvt: a Python bool argument gets type int1 with int32 data
+# (TensorHandle rejects it) and a float stays a bare float (no `.to`).  Compiled Triton
+# passes an i1 and an fp32 scalar: held so here.
 def _bool_and_float_arguments_as_compiled(interpreter) -> None:
     import triton.language as tl
 
@@ -661,12 +532,8 @@ def _bool_and_float_arguments_as_compiled(interpreter) -> None:
 
 
 def float32_to_bf16_bits(values):
-    """bfloat16 bit patterns (uint16) of float32 values, rounded to nearest even.
-
-    Overflow rounds to +-inf as in torch/hardware.  NaN becomes the canonical quiet NaN
-    0x7FFF (what NVIDIA's cvt.rn.bf16.f32 gives; torch's CPU paths give 0xFFFF or 0x7FC0
-    depending on vectorisation, so NaN payloads are not comparable bit for bit).
-    """
+    """bfloat16 bits (uint16) of float32 values, rounded to nearest even; overflow to
+    +-inf, NaN to the canonical 0x7FFF (NVIDIA's cvt.rn.bf16.f32)."""
     values = np.ascontiguousarray(values, dtype=np.float32)
     bits = values.view(np.uint32).astype(np.uint64)
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
@@ -675,13 +542,8 @@ def float32_to_bf16_bits(values):
 
 
 def int_to_bf16_bits(values):
-    """bfloat16 bit patterns (uint16) of integers, rounded ONCE to nearest even.
-
-    Exact integer arithmetic: neither float32 (torch's int->fp32->bf16) nor float64
-    (inexact above 2**53) may stand in between, since each would be a second rounding.
-    Every 64-bit integer is finite in bfloat16 (max about 3.4e38), so there is no
-    overflow.
-    """
+    """bfloat16 bits (uint16) of integers, rounded ONCE to nearest even, in exact
+    integer arithmetic (no float32 or float64 step, each a second rounding)."""
     values = np.asarray(values)
     if values.dtype.kind == "u" or values.dtype == np.bool_:
         negative = np.zeros(values.shape, dtype=bool)
@@ -712,9 +574,8 @@ def int_to_bf16_bits(values):
 
 
 def float64_to_float32_round_to_odd(values):
-    """float32 values of float64 values, rounded to odd (inexact results get an odd
-    last bit).  Rounding that to a format with at most 22 significant bits then gives
-    the correctly rounded result of the float64 value: one rounding, not two."""
+    """float32 of float64 values rounded to odd, so that a further rounding to at most
+    22 significant bits is the correct single rounding of the float64 value."""
     values = np.asarray(values, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         nearest = values.astype(np.float32)
@@ -723,7 +584,6 @@ def float64_to_float32_round_to_odd(values):
     # the odd neighbour is one step from the nearest, toward the exact value
     toward = np.where(values > nearest.astype(np.float64), np.inf, -np.inf)
     odd = np.nextafter(nearest, toward.astype(np.float32))
-    # beyond float32's range: the largest finite float32 (odd), same sign
     return np.where(inexact & even, odd, nearest).astype(np.float32)
 
 
@@ -734,9 +594,8 @@ def bf16_bits_to_float32(bits):
 
 
 def no_device_index(device):
-    """torch's no-device index (-1) for what names the emulated device, the CPU:
-    ``None`` (a CPU tensor's ``device.index``), a ``torch.device('cpu')`` object (a
-    CPU tensor's ``device``) or the string ``"cpu"``; anything else unchanged."""
+    """torch's no-device index (-1) for what names the CPU (None, a cpu device, "cpu");
+    anything else unchanged."""
     import torch
 
     if device is None:
@@ -749,12 +608,12 @@ def no_device_index(device):
 def patch_torch_cpu() -> None:
     import torch
 
-    # --- torch 2.13.0 (2.11.x) torch/cuda/__init__.py _DeviceGuard: flag_gems' generated
-    # wrappers enter `torch_device_fn._DeviceGuard(in0.device.index)` (torch_device_fn is
-    # torch.cuda for kunlunxin).  CPU tensors have device.index None, which
-    # torch.cuda._exchange_device rejects; -1 is torch's own "no device" index, for
-    # which it does nothing.  Only the CPU is mapped (no_device_index); any other
-    # index behaves as before.
+    # --- torch 2.13 / 2.11 torch.cuda._DeviceGuard and torch.cuda.device: stand for
+    # the XPU's device guard (torch_xmlir's XPU is the "cuda" device type); FlagGems
+    # enters them with a tensor's device index or object, which for the emulated
+    # device, the CPU, torch rejects.  Only the CPU maps to -1 (a no-op guard); a
+    # cuda index still meets torch's check, and the device model still faults every
+    # strided copy those ops make.
     stock_guard = torch.cuda._DeviceGuard
     if getattr(stock_guard, "_copyfix_patched", False):
         return
@@ -767,50 +626,24 @@ def patch_torch_cpu() -> None:
 
     torch.cuda._DeviceGuard = _DeviceGuard
 
-    # --- torch 2.13.0 (2.11.x) torch/cuda/__init__.py device: FlagGems' ops enter
-    # `torch_device_fn.device(x.device)` with the tensor's device *object* (the
-    # KunlunXIN and generic mm, bmm, embedding, sum, mean, max, argmax, any, full,
-    # ones, fill_ ...: `with torch_device_fn.device(inp.device):`, flag_gems 5.0.2 and
-    # main 2026-08-21), the generic pointwise_dynamic wrappers its index.  Stands for
-    # the XPU's device guard: torch_xmlir registers the XPU as the "cuda" device type
-    # (KunlunXIN's descriptor, runtime/backend/_kunlunxin/__init__.py: device_name
-    # "cuda"), so on the XPU `torch.cuda.device(<xpu tensor>.device)` selects that
-    # XPU.  A CPU device object (or index None) is rejected by _get_device_index
-    # ("Expected a cuda device, but got: cpu"); the emulated device is the CPU, so it
-    # maps to torch's no-device index -1, for which the guard does nothing.
-    # How it could hide a device failure: on the XPU a *host* tensor reaching such an
-    # op fails in this guard; here the host is the emulated device, so it cannot.  Only
-    # the CPU is mapped (a cuda index or device object still goes to torch's own
-    # check), and the device model (faults.xpu_device_model) still faults every
-    # strided aten copy those ops make, so the emulation is no more lenient about the
-    # copies this overlay is about.
-    stock_device = torch.cuda.device
-
-    class device(stock_device):
+    class device(torch.cuda.device):
         _copyfix_patched = True
 
         def __init__(self, index):
             super().__init__(no_device_index(index))
 
     torch.cuda.device = device
-
-    # --- torch 2.13.0 (2.11.x) torch/cuda/__init__.py current_device(): flag_gems'
-    # LibEntry (5.0.2 and main) keys its kernel cache on torch_device_fn.current_device()
-    # (torch.cuda for kunlunxin), and the kunlunxin copy_ launches its cached kernels only
-    # on the current device.  Without CUDA it raises.  The emulated device is the CPU,
-    # whose index torch reports as -1 (Tensor.get_device()): report that.
+    # LibEntry keys its kernel cache on current_device(), which raises without CUDA:
+    # the CPU's index, as Tensor.get_device() reports it
     torch.cuda.current_device = lambda: -1
 
 
 def patch_flag_gems_cpu(base: str) -> None:
     """The flag_gems patches of the cpu emulation, for ``base`` (a key of FLAGGEMS_BASES)."""
     _provide_interpreter_driver()
-    # flag_gems.utils.libentry imports flag_gems itself, so the LibEntry patch can only be
-    # applied after `import flag_gems`: do that import here, with the environment and
-    # the Triton/torch patches above already in place.  No kernel runs during the import.
+    # (LibEntry's module imports flag_gems itself: patched after the import)
     import flag_gems  # noqa: F401
 
-    # (the attribute flag_gems.utils.libentry is the decorator function, not the module)
     _patch_libentry(sys.modules["flag_gems.utils.libentry"])
     _register_on_cpu(flag_gems, base)
     _to_copy_on_the_emulated_device()
@@ -823,23 +656,11 @@ _WHERE_DEVICE_PICK = 'filter(lambda k: k.type != "cpu", devices)'
 
 
 def _where_on_the_emulated_device() -> None:
-    # --- flag_gems 5.0.2 / main 2026-08-21 _kunlunxin/ops/where.py and ops/where.py
-    # where_self_out: picks the device of its operands as the first whose type is
-    # not "cpu" (`list(filter(lambda k: k.type != "cpu", devices))`, its only use of
-    # filter), moves 0-dim CPU operands there, and asserts that one exists ("CPU
-    # only. There seems a mistake to dispatch to here.").  Stands for the XPU's device
-    # type: torch_xmlir's XPU tensors have type "cuda" (KunlunXIN's descriptor), so on
-    # the XPU the pick finds them.  In the cpu emulation the emulated device *is* the CPU (see
-    # _register_on_cpu): the module's `filter` becomes one that, where every operand is
-    # on the CPU and the pick would find none, keeps them all (the emulated device);
-    # any other call filters as before.  How it could hide a device failure: on the
-    # XPU a non-0-dim host tensor given with device tensors fails the same-device
-    # assert, and a 0-dim host one is moved; here host and device are one, so neither
-    # shows.  Checked against the module's source: exactly that one filter call.
-    import inspect
-
-    import torch
-
+    # --- flag_gems 5.0.2 / main 2026-08-21 ops/where.py (both backends) picks the
+    # first operand device whose type is not "cpu" and asserts there is one; on the
+    # XPU (type "cuda") the pick finds it.  Here the emulated device is the CPU: where
+    # every operand is on it, all are kept.  (A host tensor mixed with device ones,
+    # which fails on the XPU, cannot show here.)  Checked: exactly that one filter.
     for name in WHERE_MODULES:
         module = sys.modules.get(name)
         if module is None or getattr(module, "filter", None) is _emulated_device_filter:
@@ -851,12 +672,11 @@ def _where_on_the_emulated_device() -> None:
                 f"{_WHERE_DEVICE_PICK!r} alone; re-check the emulation's where patch"
             )
         module.filter = _emulated_device_filter
-    del torch
 
 
 def _emulated_device_filter(predicate, items):
-    """``filter`` for the where modules: where every item is the CPU (the emulated
-    device) and ``predicate`` keeps none, all of them; else the builtin's result."""
+    """``filter`` for the where modules: all items where every one is the CPU and
+    ``predicate`` keeps none; else the builtin's result."""
     import builtins
 
     import torch
@@ -878,13 +698,9 @@ TO_COPY_MODULES = ("flag_gems.ops.to", "_kunlunxin.ops.to")
 
 
 def _to_copy_on_the_emulated_device() -> None:
-    # --- this overlay's flag_gems/ops/to.py and _kunlunxin/ops/to.py (written over
-    # flag_gems 5.0.2 and main 2026-08-21): `_is_host_or_transfer(x, device)` sends host
-    # tensors (device type "cpu") and copies between devices to aten, as upstream's
-    # to.py does inline.  In the cpu emulation the emulated device *is* the CPU (see
-    # _register_on_cpu), so there only a copy to another device is a transfer: without
-    # this, `.to()` on the emulated device would never reach a Triton kernel.  Pre-images
-    # (upstream's inline check) have no such helper and are left as they are.
+    # --- this overlay's ops/to.py `_is_host_or_transfer(x, device)` sends host tensors
+    # to aten; the emulated device is the CPU, so only a copy to another device is a
+    # transfer here (pre-images have no such helper and are left alone)
     for name in TO_COPY_MODULES:
         module = sys.modules.get(name)
         if module is not None and hasattr(module, "_is_host_or_transfer"):
@@ -896,31 +712,13 @@ def _is_transfer(x, device) -> bool:
 
 
 def _provide_interpreter_driver() -> None:
-    # --- triton 3.6.0 runtime/driver.py: under the interpreter on a CPU box no backend
-    # driver is active ("0 active drivers").  Two readers need one:
-    # - FlagGems main 2026-08-21 utils/libentry.py LibTuner.__init__ resolves a
-    #   benchmarker at import time (flagtune/runtime/_benchmark_protocol.py
-    #   resolve_benchmarker calls driver.active.get_benchmarker());
-    # - PR 3's launch cache reads the current device and stream at every launch, as
-    #   compiled Triton's launch does (driver.active.get_current_device(),
-    #   .get_current_stream(device)).
-    # Set a stand-in through the public DriverConfig.set_active: the emulated device is
-    # the CPU, index -1 as torch reports it (patch_torch_cpu), stream 0 (the CPU has
-    # one), and its benchmarker is interpreter_benchmark (below).
-    #
-    # --- triton 3.6.0 testing.do_bench (what Triton's Autotuner times configs with
-    # when given warmup/rep, as FlagGems 5.0.2's LibTuner does: generic mm, bmm,
-    # any_dim; main 2026-08-21's generic linear, which its kunlunxin backend uses)
-    # reads driver.active.get_device_interface() for events to time on.  Stands for
-    # the device's timing of every candidate config (on the XPU: its autotuner's
-    # benchmark runs).  The interpreter has no clock worth reading, so the stand-in
-    # runs each candidate ONCE (a config that fails raises here as on the device) and
-    # reports the same time for all: the autotuner then keeps its first config, for
-    # every shape.  How it could hide a device failure: the device keeps the fastest
-    # config, whose results alone reach the model; a config that computes a wrong
-    # result without failing is seen here only if it is the first.  Both
-    # triton.testing.do_bench and the driver's benchmarker are the stand-in (the cpu emulation
-    # without a GPU driver only).
+    # --- triton 3.6 runtime/driver.py: no active driver on a CPU box, but FlagGems
+    # main's LibTuner (a benchmarker at import) and PR 3's launch cache (current device
+    # and stream) read one: a stand-in for the CPU (device -1, stream 0).
+    # Its benchmarker and triton.testing.do_bench stand for the device's timing of
+    # autotuner configs: each candidate runs ONCE (a failing config raises as on the
+    # device) and all report the same time, so the first config is kept.  (A config
+    # that is wrong without failing shows only if it is the first.)
     from triton.runtime.driver import driver
 
     class InterpreterDriver:
@@ -933,8 +731,7 @@ def _provide_interpreter_driver() -> None:
         def get_benchmarker(self):
             return interpreter_benchmark
 
-    try:  # (a GPU box has a real driver: keep it; before 3.4 driver.active is a
-        # lazy proxy that raises only when an attribute is read)
+    try:  # (a GPU box keeps its driver; before 3.4 driver.active raises lazily)
         driver.active.get_current_device  # noqa: B018
     except RuntimeError:
         import triton.testing
@@ -944,23 +741,17 @@ def _provide_interpreter_driver() -> None:
 
 
 def interpreter_benchmark(kernel_call, *args, quantiles=None, **kwargs):
-    """The cpu emulation's benchmark: ``kernel_call()`` once, and the same time for
-    every call (0.0, or one per quantile), so that an autotuner keeps its first
-    config (see _provide_interpreter_driver)."""
+    """``kernel_call()`` once, and the same time for every call (0.0, or one per
+    quantile): an autotuner keeps its first config."""
     kernel_call()
     return [0.0 for _ in quantiles] if quantiles else 0.0
 
 
 def _register_on_cpu(flag_gems, base: str) -> None:
-    # --- flag_gems 5.0.2 runtime/backend/device.py / main 2026-08-21
-    # runtime/backend/device_finder.py DeviceDetector (a singleton) holds `dispatch_key`
-    # ("CUDA" for kunlunxin, from device_name "cuda"), which the op registrar (5.0.2
-    # runtime/register.py Register, main runtime/op_registrar.py) uses as the
-    # torch.library key for enable()/use_gems(); flag_gems/__init__.py copies
-    # device_name into `flag_gems.device`.  In the cpu emulation the emulated device *is* the CPU:
-    # registering under "CPU" makes `flag_gems.use_gems(include=[...])` reach CPU
-    # tensors, and `flag_gems.device` tells tests where to put them.  Only what a test
-    # asks use_gems for is registered.
+    # --- flag_gems DeviceDetector.dispatch_key ("CUDA" for kunlunxin) is the key
+    # use_gems() registers under, and flag_gems.device the tests' device: both become
+    # the CPU's, the emulated device.  Likewise a module-level `_DEVICE_NAME` (main's
+    # ops/mul.py sends other device types to aten's host path).
     if base == "5.0.2":
         from flag_gems.runtime.backend.device import DeviceDetector
     else:
@@ -968,14 +759,6 @@ def _register_on_cpu(flag_gems, base: str) -> None:
 
     DeviceDetector().dispatch_key = "CPU"
     flag_gems.device = "cpu"
-    # --- flag_gems main 2026-08-21 ops/mul.py: `_DEVICE_NAME = runtime_device.name`
-    # ("cuda") at import; mul_broadcast_func sends operands whose device type is not
-    # that name to aten (`torch.ops.aten.mul.Tensor.redispatch(...)`, the host path,
-    # which fails for a Python-scalar operand).  The same mapping as above: the
-    # emulated device is the CPU, so a module's device-name constant becomes "cpu"
-    # (only a module-level `_DEVICE_NAME` equal to the detector's device name).  How it
-    # could hide a device failure: none beyond the above (host tensors are device
-    # tensors here); the host path itself is not exercised in the cpu emulation.
     name = DeviceDetector().name
     for module_name, module in list(sys.modules.items()):
         if (
@@ -986,66 +769,38 @@ def _register_on_cpu(flag_gems, base: str) -> None:
 
 
 def _patch_libentry(libentry_module) -> None:
-    # --- flag_gems 5.0.2 / main 2026-08-21 utils/libentry.py LibEntry: __init__ sizes its
-    # per-device kernel cache by torch_device_fn.device_count() (module-level
-    # DEVICE_COUNT), which is 0 without CUDA, and run() indexes it with
-    # torch_device_fn.current_device() (-1 here, see patch_torch_cpu).  Give an
-    # instance with no device slots one slot, which index -1 reaches; run() is
-    # otherwise LibEntry's own, cache and launch included (the interpreter hands it an
-    # InterpretedKernel where Triton hands it a CompiledKernel).
-    LibEntry = libentry_module.LibEntry
-    if getattr(LibEntry.run, "_copyfix_patched", False):
-        return
-    stock_run = LibEntry.run
+    # --- flag_gems 5.0.2 / main utils/libentry.py LibEntry sizes its per-device kernel
+    # cache by device_count() (0 without CUDA) and indexes it with current_device()
+    # (-1 here): give an instance with no slots one; run() is otherwise LibEntry's own
+    @patch(libentry_module.LibEntry, "run")
+    def _(stock_run):
+        def run(self, *args, **kwargs):
+            if not self.kernel_cache:
+                self.kernel_cache = (dict(),)
+            return stock_run(self, *args, **kwargs)
 
-    def run(self, *args, **kwargs):
-        if not self.kernel_cache:
-            self.kernel_cache = (dict(),)
-        return stock_run(self, *args, **kwargs)
-
-    run._copyfix_patched = True
-    run.__wrapped__ = stock_run
-    LibEntry.run = run
+        return run
 
 
 def _wrapped_number_tensor(value):
+    """The 0-dim tensor torch made of a Python scalar (boxed back for Python kernels)."""
     import torch
 
-    # torch boxes a wrapped-number tensor (a Python scalar promoted to a 0-dim CPU
-    # tensor) back into a Python scalar when calling a Python kernel.  These are the
-    # dtypes torch gives wrapped numbers.
-    if isinstance(value, bool):
-        return torch.tensor(value, dtype=torch.bool)
-    if isinstance(value, int):
-        return torch.tensor(value, dtype=torch.int64)
-    if isinstance(value, float):
-        return torch.tensor(value, dtype=torch.float64)
-    if isinstance(value, complex):
-        return torch.tensor(value, dtype=torch.complex128)
+    for kind, dtype in ((bool, torch.bool), (int, torch.int64),
+                        (float, torch.float64), (complex, torch.complex128)):  # fmt: skip
+        if isinstance(value, kind):
+            return torch.tensor(value, dtype=dtype)
     return value
 
 
 @contextlib.contextmanager
 def cpu_dispatch(module: types.ModuleType | None = None) -> Iterator[None]:
-    """Route ``aten::copy_`` on CPU tensors to the kunlunxin ``copy_`` (the cpu emulation).
-
-    FlagGems' ``use_gems()`` registers its ops for the device's dispatch key, which CPU
-    tensors never reach.  In the cpu emulation this registers, for the CPU key only and only
-    while the context is open, a kernel that calls ``module.copy_`` (default
-    :func:`copy_module`; looked up at each call, so a spy patched onto the module sees
-    the calls).  The kunlunxin ``copy_``'s own fallback,
-    ``torch.ops.aten.copy_.default.redispatch(DispatchKeySet(CompositeExplicitAutograd), ...)``,
-    dispatches on an empty key set, which reaches torch's CompositeExplicitAutograd
-    kernel directly, never this CPU override.
-
-    Two kinds of CPU-side copies are not device traffic and go straight to torch's
-    implementation: CPU-internal scalar conversions (torch calling ``copy_`` with a
-    Python number as ``src``, a wrapped-number tensor, e.g. while printing a tensor)
-    and the Triton interpreter writing a launch's results back to the tensors.
-
-    In the cuda emulation and on a real XPU (native) this is ``flag_gems.use_gems()`` (and ``module``, if given,
-    must be :func:`copy_module`).
-    """
+    """Route ``aten::copy_`` on CPU tensors to ``module.copy_`` (default
+    :func:`copy_module`, looked up at each call) while open: the cpu emulation's
+    ``use_gems()`` for copy_.  The kunlunxin fallback's redispatch reaches aten's
+    CompositeExplicitAutograd kernel, never this override; CPU-internal scalar copies
+    (a Python number as ``src``) go straight to aten.  In other modes this is
+    ``flag_gems.use_gems()`` (``module``, if given, must be :func:`copy_module`)."""
     import torch
 
     mode = require()
@@ -1065,9 +820,8 @@ def cpu_dispatch(module: types.ModuleType | None = None) -> Iterator[None]:
     native_keyset = torch._C.DispatchKeySet(
         torch._C.DispatchKey.CompositeExplicitAutograd
     )
-
-    # The operator's C++ handle, found afresh: bypasses OpOverload.redispatch, so neither
-    # a test's mock of it nor xpu_fallback_failure() sees the bypassed calls.
+    # the operator's C++ handle, found afresh: neither a test's mock of
+    # OpOverload.redispatch nor xpu_fallback_failure() sees these calls
     native = torch._C._dispatch_find_schema_or_throw("aten::copy_", "")
 
     def copy_(dst, src, non_blocking=False):
@@ -1081,13 +835,10 @@ def cpu_dispatch(module: types.ModuleType | None = None) -> Iterator[None]:
         yield
 
 
-# torch 2.13.0 (2.11.x): torch.library.Library("aten", "IMPL").impl(name, fn, key)
-# registers a Python kernel for one dispatch key, over the ones before it; destroying
-# the library object removes it.  torch warns that it overrides the kernel already
-# there (the built-in CPU one, or use_gems' own): expected here.
 @contextlib.contextmanager
 def aten_copy_kernel(copy_, key: str) -> Iterator[None]:
-    """``copy_`` as aten::copy_'s kernel for dispatch ``key`` while the block runs."""
+    """``copy_`` as aten::copy_'s kernel for dispatch ``key`` while the block runs
+    (torch warns that it overrides the kernel there: expected)."""
     import torch
 
     lib = torch.library.Library("aten", "IMPL")

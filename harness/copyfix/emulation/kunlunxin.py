@@ -10,15 +10,12 @@ from pathlib import Path
 
 from . import state
 
-# Module name under which FlagGems imports the kunlunxin ops: flag_gems.runtime.backend
-# puts the backend folder on sys.path and imports "_kunlunxin.ops" (flag_gems 5.0.2,
-# runtime/backend/__init__.py: import_vendor_extra_lib).
+# The name flag_gems imports the kunlunxin copy under (the backend folder is on
+# sys.path), and where the file lives in the package.
 KUNLUNXIN_COPY_MODULE = "_kunlunxin.ops.copy"
-# Where the kunlunxin copy.py lives inside the flag_gems package (flag_gems 5.0.2).
 KUNLUNXIN_COPY_RELPATH = "runtime/backend/_kunlunxin/ops/copy.py"
 
-# sha256 of the base kunlunxin copy.py files base_copy_module() accepts as pristine
-# (the pre-images recorded in pyproject.toml [tool.copyfix.preimages]).
+# the pristine base copy.py files (pyproject.toml [tool.copyfix.preimages])
 BASE_COPY_SHA256 = {
     "43886a575ea4b819b531686608e90c0d3439811584a28b2ab5355555dfa2baa1": "flag-gems 5.0.2 (PyPI)",
     "9387e1551d5d5ff5db7066bf8f146102032fc7bb2787ba05ff266b56ceb510bf": "FlagGems main 2026-08-21 (ed2508bc)",
@@ -28,11 +25,8 @@ _base_copy_module: types.ModuleType | None = None
 
 
 def copy_module() -> types.ModuleType:
-    """The kunlunxin copy module FlagGems dispatches to: ``sys.modules["_kunlunxin.ops.copy"]``.
-
-    (Importing flag_gems.runtime.backend._kunlunxin.ops.copy would execute a second copy
-    of the file, with its own kernels; never do that.)
-    """
+    """The kunlunxin copy module FlagGems dispatches to (never import it under its
+    flag_gems.runtime.backend name: that would be a second copy with its own kernels)."""
     state.require()
     import flag_gems  # noqa: F401  (imports the vendor ops)
 
@@ -51,8 +45,7 @@ def _check_copy_module(module) -> None:
         if not hasattr(module, name):
             raise RuntimeError(f"{module.__name__} ({module.__file__}) has no {name}")
     if not hasattr(module, "_copy_kernel"):
-        # upstream's later tle_copy-era copy.py builds no pointwise_dynamic kernel
-        # (copyfix.upstream.later runs it in place of ours): nothing to check here
+        # (upstream's later tle_copy-era copy.py, see copyfix.upstream.later)
         return
     config = module._copy_kernel.config
     if config.prefer_1d_tile is not True:
@@ -63,18 +56,10 @@ def _check_copy_module(module) -> None:
 
 
 def base_copy_module() -> types.ModuleType:
-    """The pristine base (PyPI flag-gems 5.0.2) kunlunxin copy module.
-
-    When this flag_gems is the repo's composed overlay and the overlay replaced
-    ``_kunlunxin/ops/copy.py``, the base file is executed as a *separate* module object
-    (named ``_kunlunxin.ops._copyfix_base_copy``, not entered in sys.modules) whose
-    relative imports resolve to the same ``_kunlunxin`` package, so its globals are the
-    base file's own.  The base file is found at ``flag_gems._overlay_info.BASE_COPY_PATH``
-    if the build records it, else at the pre-image the build keeps under
-    ``flag_gems/_overlay_preimages/``.  Without an overlay of copy.py, the installed
-    module is the base: :func:`copy_module` is returned.  Either way the file must hash
-    to one of :data:`BASE_COPY_SHA256`, else RuntimeError.
-    """
+    """The pristine base kunlunxin copy module: where the overlay replaced copy.py, the
+    base file (``_overlay_info.BASE_COPY_PATH``, else the kept pre-image) run as a
+    separate module of the same ``_kunlunxin`` package; else :func:`copy_module`.  The
+    file must hash to one of :data:`BASE_COPY_SHA256`."""
     global _base_copy_module
     current = copy_module()
     if _base_copy_module is not None:

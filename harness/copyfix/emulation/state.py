@@ -1,16 +1,12 @@
-"""The emulation's one mode, as :func:`copyfix.emulation.activate` set it.
-
-Only ``activate`` writes these (and only it reads the environment they come from);
-every other module reads them here, or as ``copyfix.emulation.MODE`` & co.
-"""
+"""The emulation's one mode, as :func:`copyfix.emulation.activate` set it (it alone
+writes these and reads the environment they come from)."""
 
 from __future__ import annotations
 
 MODES = ("cpu", "cuda", "native")  # native: a real KunlunXIN XPU, nothing patched
 ENV_MODE = "COPYFIX_EMULATION"
-# The FlagGems backend the cpu emulation runs: kunlunxin (the default, what the
-# emulation is for) or nvidia (FlagGems' default backend and its generic
-# pointwise_dynamic codegen on the same interpreter: a check of the generic path).
+# The cpu emulation's FlagGems backend: kunlunxin (the default) or nvidia (the
+# generic pointwise_dynamic codegen on the same interpreter).
 CPU_VENDORS = ("kunlunxin", "nvidia")
 ENV_CPU_VENDOR = "COPYFIX_CPU_VENDOR"
 
@@ -31,3 +27,19 @@ def require(*modes: str) -> str:
             f"not available in {MODE!r} mode (only in {', '.join(modes)})"
         )
     return MODE
+
+
+def patch(owner, name):
+    """Decorator: ``owner.name = make(stock)``, once (marked, with ``__wrapped__``)."""
+
+    def install(make):
+        stock = getattr(owner, name)
+        if getattr(stock, "_copyfix_patched", False):
+            return stock
+        new = make(stock)
+        new._copyfix_patched = True
+        new.__wrapped__ = stock
+        setattr(owner, name, new)
+        return new
+
+    return install

@@ -1,35 +1,13 @@
 """A fault model of the KunlunXIN Triton toolchain: conversions it cannot compile.
 
-Upstream's KunlunXIN ``_to_copy`` (``_kunlunxin/ops/to.py``, sha256 ``cf99ee03…``,
-FlagGems commit 3dc44c0d "fix some ops", 2026-08-11, on the ``fix_klx_op`` branch and
-several PR refs; ``.upstream/later/kunlunxin_to_head.py`` here) works around three
-conversions of the XPU toolchain, in its own words:
-
-1. "Direct int32 -> fp16/bf16 casts can abort during XPU LLVM lowering" (and "Large int32
-   -> fp16 tiles abort the current XPU LLVM lowering");
-2. "fp16 -> bf16 is rejected by xpu3-elfconv";
-3. "int16 -> bf16 turns almost every nonzero value into zero".
-
-Its fix is two kernels through a wider intermediate tensor (int32 -> float32 -> fp16,
-fp16 -> float32 -> bf16, int16 -> int32 -> bf16).  This model makes each of the three a
-compile error of the kernel that contains it (the third one too: wrong values are harder
-to see than an error, and harsher is the rule).  Like the device, it looks at what the
-compiler would emit, not at the source: the interpreter's ``cast_impl``
-(:mod:`copyfix.emulation.interpreter`) asks :func:`check` for every conversion,
-
-* after the fold compiled Triton applies (``x.to(tl.float32)`` of an integer, truncated
-  to a 16-bit float in the same kernel, is one direct conversion), and
-* with a float16 value widened to float32 in the same kernel still counted as float16
-  (Triton's own ``cast`` sends fp16 -> bf16 through float32: that is the case the
-  toolchain rejects).
-
-A conversion of a value loaded from memory (the second kernel of upstream's split) is
-what it is.
-
-Scope: kernels launched from KunlunXIN backend code (a frame of a ``_kunlunxin`` module
-on the stack at launch: its ops and its ``pointwise_dynamic``).  Generic FlagGems kernels
-in this repository's tests stand for other vendors (PR 2), whose toolchains compile these
-conversions.  :func:`everywhere` turns the model on for every kernel (its own tests).
+Upstream's KunlunXIN ``_to_copy`` (``_kunlunxin/ops/to.py`` sha256 ``cf99ee03…``, FlagGems
+3dc44c0d "fix some ops"; ``.upstream/later/kunlunxin_to_head.py`` here) splits three
+conversions through a wider type because the XPU toolchain aborts on int32 -> fp16/bf16,
+rejects fp16 -> bf16 and miscompiles int16 -> bf16.  Each is a compile error here (the
+miscompile too: harsher is the rule), checked by the interpreter's ``cast_impl`` on what
+the compiler would emit (after the int -> fp32 -> 16-bit fold; fp16 widened to fp32 still
+counts as fp16).  Scope: kernels launched from ``_kunlunxin`` code (generic kernels stand
+for other vendors' toolchains); :func:`everywhere` covers every kernel.
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """cpu mode: interpreter stand-ins for KunlunXIN libdevice functions.
 
-Stands for ``triton.language.extra.xpu.libdevice``, the math library of KunlunXIN's
-Triton (FlagTree's XPU backend, its ``language/extra/xpu/libdevice.py``: extern
-functions lowered to the XPU's device library).  flag_gems' kunlunxin ops call it
-directly (5.0.2 and main 2026-08-21 ``_kunlunxin/ops/rsqrt.py``: ``xpu.rsqrt``) or
-through ``flag_gems.utils.tl_extra_shim`` (``ops/pow.py``: ``tl_extra_shim.pow``, bound
-at import).  In cuda mode :mod:`.shims` gives them CUDA libdevice's extern functions,
-which compiled Triton lowers; Triton's interpreter runs no extern function
-(3.6 ``InterpreterBuilder.create_extern_elementwise`` raises, and the call fails
-before that for want of ``_semantic``).  Here each name the kunlunxin ops reach gets the
-same math from what the interpreter does run: ``triton.language`` (``tl.math``) where
-it has the function, else the interpreter's own numpy arithmetic (the way its
-``create_*`` builders compute ``tl.math``), with the signatures of the libdevice
-function (fp32 and fp64 only, as its table; any other dtype raises, as an extern call
-with no matching signature does on the device).
-
-How the emulation could hide a device failure: the XPU library's results may differ in
-the last bits (an approximate ``rsqrt``, a ``pow`` through exp2/log2) where numpy's are
-correctly rounded or nearly so; a decode whose tokens hang on such bits could pass here
-and differ on the device.  Nothing here is more lenient about *which* calls are allowed:
-a name without a stand-in keeps CUDA libdevice's extern function, which the
-interpreter rejects, and the XPU-only names (:data:`.shims.XPU_ONLY_LIBDEVICE`) stay
-stubs that raise.
+Stand for ``triton.language.extra.xpu.libdevice`` (FlagTree's XPU device library), which
+the kunlunxin ops call (``xpu.rsqrt``, ``tl_extra_shim.pow``); the interpreter runs no
+extern function, so each name gets the same math from ``tl.math`` or numpy, with
+libdevice's signatures (fp32/fp64 only; other dtypes raise).  Results may differ from
+the XPU's in the last bits; a name without a stand-in keeps the CUDA extern (which the
+interpreter rejects), and the XPU-only names stay stubs that raise.
 """
 
 from __future__ import annotations
@@ -112,10 +96,7 @@ def pow(x, y):  # noqa: A001  (libdevice's name)
     return _numpy_pow(x, y)
 
 
-# triton 3.6.0 runtime/jit.py DependenciesFinder (the cache_key flag_gems reads at
-# import) accepts only JIT functions and builtins among a kernel's globals: pow is
-# marked as a builtin (as the XPU-only stubs of .shims are); the interpreter calls it
-# directly, with the interpreter's tensors.
+# (a builtin, as .shims' stubs: triton 3.6 accepts no plain function in a kernel)
 pow.__triton_builtin__ = True
 pow.__module__ = "triton.language.extra.xpu.libdevice"
 
