@@ -1,9 +1,5 @@
-"""The KunlunXIN device model (copyfix.emulation.faults): one test per rule.
-
-In cuda mode the model sits on the CUDA key, as the suites use it; in cpu mode it is
-installed on the CPU key for the scope of each test (cpu mode's suites keep the narrower
-fault, see the module text), so every rule is exercised in CI as well.
-"""
+"""The KunlunXIN device model (copyfix.emulation.faults): one test per rule, on the
+CUDA key in cuda mode, on the CPU key for each test's scope in cpu mode."""
 
 import importlib
 
@@ -176,49 +172,30 @@ def test_early_returns_do_not_fault(make):
 # rule 4: FlagGems takes the copy while it is registered, whichever order
 
 
-def test_flag_gems_registered_later_takes_the_copy_and_the_model_comes_back():
+@pytest.mark.parametrize("refuse", [False, True], ids=["torch_default", "refusing"])
+def test_flag_gems_registered_later_takes_the_copy_and_the_model_comes_back(
+    monkeypatch, refuse
+):
+    # torch 2.11 (the GPU box) refuses a second Python kernel for one operator and key
+    # (FlagGems then goes on without its copy_); torch 2.13 allows it by default.  The
+    # model must let FlagGems register over it, and a model opened inside use_gems
+    # (the latest registration) shadows FlagGems, either way.
+    if refuse:
+        stock = torch.library.Library.impl
+
+        def refusing(self, op_name, fn, dispatch_key="", *, with_keyset=False, **_):
+            return stock(self, op_name, fn, dispatch_key, with_keyset=with_keyset,
+                         allow_override=False)  # fmt: skip
+
+        monkeypatch.setattr(torch.library.Library, "impl", refusing)
     src = grid(6, 4)
     with model():
         with flag_gems.use_gems(include=["copy_"]):
             out = src.t().contiguous()  # dispatched to FlagGems' copy_
-        assert_faults(lambda: src.t().contiguous())
-    assert torch.equal(out, src.t())
-
-
-def test_precedence_holds_where_torch_refuses_a_second_python_kernel(monkeypatch):
-    # torch 2.11 (the GPU box) refuses a second Python kernel for one operator and key,
-    # and FlagGems then goes on without its copy_; torch 2.13 allows it by default.
-    # The model must let FlagGems register over it there too.
-    stock = torch.library.Library.impl
-
-    def refusing(self, op_name, fn, dispatch_key="", *, with_keyset=False, **_):
-        return stock(
-            self,
-            op_name,
-            fn,
-            dispatch_key,
-            with_keyset=with_keyset,
-            allow_override=False,
-        )
-
-    monkeypatch.setattr(torch.library.Library, "impl", refusing)
-    src = grid(6, 4)
-    with model():
-        with flag_gems.use_gems(include=["copy_"]):
-            out = src.t().contiguous()
-            with model():  # and a model opened inside use_gems is not refused
+            with model():
                 assert_faults(lambda: src.t().contiguous())
         assert_faults(lambda: src.t().contiguous())
     assert torch.equal(out, src.t())
-
-
-def test_a_model_opened_inside_use_gems_shadows_flag_gems():
-    # the dispatcher uses the latest registration: the suites open the model first
-    # (session or test scope) and use_gems() inside it, as upstream's tests do
-    src = grid(6, 4)
-    with flag_gems.use_gems(include=["copy_"]):
-        with model():
-            assert_faults(lambda: src.t().contiguous())
 
 
 def test_flag_gems_fallback_is_faulted_below_the_device_key():
@@ -252,11 +229,9 @@ def test_the_model_catches_a_strided_benchmark_baseline():
 
 def test_the_narrow_fault_misses_what_the_model_catches():
     # why the model exists: the fallback-only fault lets aten's strided copy run
-    x = grid(4, 6)
+    x = grid(4, 6)  # (the model faults it: test_every_caller_meets_the_fault)
     with emulation.xpu_fallback_failure(DEVICE_TYPE):
         assert torch.equal(x.t().contiguous(), x.t())
-    with model():
-        assert_faults(lambda: x.t().contiguous())
 
 
 def test_rule_helpers():

@@ -1,11 +1,8 @@
-"""Tests of the emulation harness (copyfix.emulation) itself.
-
-Runs in whatever mode activate() selects (here, without GPU or XPU: cpu mode).  Every
-test runs in every mode (the repository's pytest plugin counts skips as failures);
-where a mode cannot do something, the test checks what that mode does instead.
-"""
+"""Tests of copyfix.emulation itself, in whatever mode activate() selects; where a mode
+cannot do something, the test checks what it does instead (skips count as failures)."""
 
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -101,44 +98,23 @@ def fp32_from_bits(values):
 
 def fp32_rounding_cases():
     rng = np.random.default_rng(1234)
-    bf = (
-        rng.integers(0, 0x10000, 400, dtype=np.uint32) << 16
-    )  # random bf16 values, as fp32
+    bf = rng.integers(0, 0x10000, 400, dtype=np.uint32) << 16  # bf16 values, as fp32
     finite = bf[(bf & 0x7F800000) != 0x7F800000]
+    subnormals = rng.integers(0, 0x800000, 100, dtype=np.uint32)
+    subnormals[50:] |= 0x80000000
+    # +-0, +-inf, NaNs (quiet, signalling), fp32 max (rounds to inf), around the bf16
+    # max, subnormal ties, 1 + tie (to even down / up)
+    specials = [0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000,
+                0x7F800001, 0x7FFFFFFF, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F7F7FFF, 0x7F7F8000,
+                0x7F7F8001, 0x00000001, 0x00008000, 0x00018000, 0x007FFFFF, 0x00800000,
+                0x3F808000, 0x3F818000, 0x4B808000]  # fmt: skip
     cases = [
         finite | 0x8000,  # exact ties, both even and odd bf16 neighbours
         finite | 0x7FFF,  # just below a tie
         finite | 0x8001,  # just above a tie
-        finite | rng.integers(0, 0x10000, finite.size, dtype=np.uint32),  # anything
-        rng.integers(0, 0x800000, 50, dtype=np.uint32),  # fp32 subnormals
-        rng.integers(0, 0x800000, 50, dtype=np.uint32)
-        | 0x80000000,  # negative subnormals
-        np.array(
-            [
-                0x00000000,
-                0x80000000,  # +-0
-                0x7F800000,
-                0xFF800000,  # +-inf
-                0x7FC00000,
-                0xFFC00000,
-                0x7F800001,
-                0x7FFFFFFF,  # NaNs (quiet, signalling)
-                0x7F7FFFFF,
-                0xFF7FFFFF,  # fp32 max: rounds to inf
-                0x7F7F7FFF,
-                0x7F7F8000,
-                0x7F7F8001,  # around the bf16 max
-                0x00000001,
-                0x00008000,
-                0x00018000,
-                0x007FFFFF,
-                0x00800000,
-                0x3F808000,
-                0x3F818000,  # 1 + tie: to even down / up
-                0x4B808000,
-            ],
-            dtype=np.uint32,
-        ),
+        finite | rng.integers(0, 0x10000, finite.size, dtype=np.uint32),
+        subnormals,
+        np.array(specials, dtype=np.uint32),
     ]
     return fp32_from_bits(np.concatenate(cases))
 
@@ -198,111 +174,75 @@ def test_generated_wrapper_launches_12_ctas(spies):
     assert torch.equal(dst, src.to(torch.float16))
 
 
-def test_fp32_to_bf16_rounds_to_nearest_even_like_torch(spies):
-    src = fp32_rounding_cases().to(DEV)
-    out = kernel_copy(spies, src, torch.bfloat16)
-    assert_same_bits(out, src.to(torch.bfloat16))
-    assert torch.isnan(out[src.isnan()].float()).all()
-
-
-@pytest.mark.parametrize(
-    "dtype",
-    [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool],
-)
-def test_int_and_bool_to_bf16_like_torch(spies, dtype):
+def int_values(dtype):
     rng = np.random.default_rng(7)
     if dtype == torch.bool:
-        src = torch.from_numpy(rng.integers(0, 2, 64).astype(bool))
-    else:
-        info = torch.iinfo(dtype)
-        values = [info.min, info.max, 0, 1, -1, 255, 257, 383, 385]
-        if dtype in (torch.int32, torch.int64):
-            # ties after the int->fp32 step: torch rounds int->fp32->bf16, which differs
-            # from the single rounding of compiled Triton (and of the emulator:
-            # test_conversions.py) here; the op converts through fp32 to match torch
-            values += [0x1008001, 0x1018001, 0x7FFFFFC0, -0x1008001, 2**24 + 1]
-        if dtype == torch.int64:
-            values += [
-                2**62 + 2**38 + 1,
-                -(2**53) - 1,
-                2**63 - 1,
-                2**40 + 2**32 + 2**31,
-            ]
-        values = [v for v in values if info.min <= v <= info.max]
-        randoms = rng.integers(info.min, info.max, 200, dtype=np.int64, endpoint=True)
-        src = torch.tensor(values + randoms.tolist(), dtype=dtype)
-    src = src.to(DEV)
-    out = kernel_copy(spies, src, torch.bfloat16)
-    assert_same_bits(out, src.to(torch.bfloat16))
+        return torch.from_numpy(rng.integers(0, 2, 64).astype(bool))
+    info = torch.iinfo(dtype)
+    values = [info.min, info.max, 0, 1, -1, 255, 257, 383, 385]
+    if dtype in (torch.int32, torch.int64):
+        # ties after the int->fp32 step: torch rounds int->fp32->bf16, unlike compiled
+        # Triton's single rounding (test_conversions.py); the op matches torch
+        values += [0x1008001, 0x1018001, 0x7FFFFFC0, -0x1008001, 2**24 + 1]
+    if dtype == torch.int64:
+        values += [2**62 + 2**38 + 1, -(2**53) - 1, 2**63 - 1, 2**40 + 2**32 + 2**31]
+    values = [v for v in values if info.min <= v <= info.max]
+    randoms = rng.integers(info.min, info.max, 200, dtype=np.int64, endpoint=True)
+    return torch.tensor(values + randoms.tolist(), dtype=dtype)
 
 
-def test_fp16_to_bf16_like_torch(spies):
-    # (float64 is not a Triton dtype on KunlunXIN: the copy_ sends it to aten)
-    src16 = torch.from_numpy(
-        np.arange(0, 0x10000, 7, dtype=np.uint16).view(np.float16).copy()
-    ).to(DEV)
-    assert_same_bits(
-        kernel_copy(spies, src16, torch.bfloat16), src16.to(torch.bfloat16)
-    )
+def every_bf16():  # (bf16 subnormals included, which the stock interpreter maps wrongly)
+    bits = np.arange(0, 0x10000, dtype=np.uint16).view(np.int16)
+    return torch.from_numpy(bits.copy()).view(torch.bfloat16)
 
 
-def test_bf16_to_other_types_is_exact(spies):
-    every_bf16 = torch.from_numpy(
-        np.arange(0, 0x10000, dtype=np.uint16).view(np.int16).copy()
-    ).view(torch.bfloat16)
-    every_bf16 = every_bf16.to(DEV)
-    # includes bf16 subnormals, which the stock interpreter maps wrongly
-    assert_same_bits(kernel_copy(spies, every_bf16, torch.float32), every_bf16.float())
-    assert_same_bits(
-        kernel_copy(spies, every_bf16, torch.float16), every_bf16.to(torch.float16)
-    )
-    in_range = every_bf16[
-        every_bf16.float().abs() < 2**31
-    ]  # float->int outside the range is UB
-    assert torch.equal(
-        kernel_copy(spies, in_range, torch.int32), in_range.to(torch.int32)
-    )  # toward zero
-    # (bf16 -> bool through the kernel goes via int8: see test_bool_store_truncation_...)
+def in_int32_range(t):  # (float -> int outside the range is UB)
+    return t[t.float().abs() < 2**31]
 
 
-def test_other_conversions_are_exact(spies):
-    src = fp32_rounding_cases().to(DEV)
-    assert_same_bits(kernel_copy(spies, src, torch.float16), src.to(torch.float16))
-    in_range = src[src.abs() < 2**31]
-    assert torch.equal(
-        kernel_copy(spies, in_range, torch.int32), in_range.to(torch.int32)
-    )
-    assert torch.equal(
-        kernel_copy(
-            spies, torch.tensor([-2.7, -0.5, 0.5, 2.7], device=DEV), torch.int64
-        ).cpu(),
-        torch.tensor([-2, 0, 0, 2]),
-    )
-    big = torch.tensor(
-        [2**63 - 1, -(2**63), 2**53 + 1, -(2**62) - 3, 0x0123456789ABCDEF],
-        dtype=torch.int64,
-    )
-    big = big.to(DEV)
-    assert torch.equal(kernel_copy(spies, big, torch.int64), big)
-    assert torch.equal(
-        kernel_copy(spies, big, torch.int32), big.to(torch.int32)
-    )  # wraps like torch
-    flags = torch.tensor([True, False, True, True], device=DEV)
-    assert torch.equal(kernel_copy(spies, flags, torch.bool), flags)
-    assert torch.equal(kernel_copy(spies, flags, torch.int64), flags.long())
-    assert torch.equal(kernel_copy(spies, flags, torch.float32), flags.float())
+BIG_INT64 = [2**63 - 1, -(2**63), 2**53 + 1, -(2**62) - 3, 0x0123456789ABCDEF]
+FLAGS = [True, False, True, True]
+CONVERSIONS = {  # (float64 is not a Triton dtype on KunlunXIN: copy_ sends it to aten)
+    "fp32_to_bf16_nearest_even": (fp32_rounding_cases, torch.bfloat16),
+    "fp32_to_fp16": (fp32_rounding_cases, torch.float16),
+    "fp32_to_int32": (lambda: in_int32_range(fp32_rounding_cases()), torch.int32),
+    "fp32_to_int64_toward_zero": (
+        lambda: torch.tensor([-2.7, -0.5, 0.5, 2.7]),
+        torch.int64,
+    ),
+    "fp16_to_bf16": (
+        lambda: torch.from_numpy(
+            np.arange(0, 0x10000, 7, dtype=np.uint16).view(np.float16).copy()
+        ),
+        torch.bfloat16,
+    ),
+    "bf16_to_fp32": (every_bf16, torch.float32),
+    "bf16_to_fp16": (every_bf16, torch.float16),
+    "bf16_to_int32": (lambda: in_int32_range(every_bf16()), torch.int32),
+    "int64_to_int64": (lambda: torch.tensor(BIG_INT64), torch.int64),
+    "int64_to_int32_wraps": (lambda: torch.tensor(BIG_INT64), torch.int32),
+    "bool_to_bool": (lambda: torch.tensor(FLAGS), torch.bool),
+    "bool_to_int64": (lambda: torch.tensor(FLAGS), torch.int64),
+    "bool_to_fp32": (lambda: torch.tensor(FLAGS), torch.float32),
+    **{
+        f"{str(t)[6:]}_to_bf16": (functools.partial(int_values, t), torch.bfloat16)
+        for t in (
+            torch.int8,
+            torch.int16,
+            torch.int32,
+            torch.int64,
+            torch.uint8,
+            torch.bool,
+        )
+    },
+}
 
 
-def test_bool_store_truncation_is_reproduced_not_hidden():
-    """Triton stores to a bool pointer by casting to int8 (language/semantic.py store):
-    int16 0x0100 becomes 0 -> False, where torch says True.  The emulation must show
-    this wrong result, not mask it."""
-    kernel = emulation.base_copy_module()._copy_kernel
-    src = torch.tensor([0x0100, 1, 0, 0x0101], dtype=torch.int16, device=DEV)
-    dst = torch.empty(4, dtype=torch.bool, device=DEV)
-    kernel(src, out0=dst)
-    assert dst.tolist() == [False, True, False, True]
-    assert (src != 0).tolist() == [True, True, False, True]
+@pytest.mark.parametrize("case", CONVERSIONS)
+def test_kernel_conversions_match_torch(spies, case):
+    make, dtype = CONVERSIONS[case]
+    src = make().to(DEV)
+    assert_same_bits(kernel_copy(spies, src, dtype), src.to(dtype))
 
 
 def base_copy(base, dst, src):
@@ -439,31 +379,26 @@ def test_base_copy_module_loads_the_recorded_base_file_separately(
     assert_same_bits(dst, src.to(torch.bfloat16))
 
 
+@pytest.mark.parametrize("record", ["edited_base_file", "none"])
 def test_base_copy_module_refuses_a_file_that_is_not_a_known_base(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, record
 ):
-    base_file = tmp_path / "copy.py"
-    base_file.write_text(open(emulation.copy_module().__file__).read() + "\n# edited\n")
-    info = types.ModuleType("flag_gems._overlay_info")
-    info.BASE_COPY_PATH = str(base_file)
-    monkeypatch.setitem(sys.modules, "flag_gems._overlay_info", info)
-    monkeypatch.setattr(emulation.kunlunxin, "_base_copy_module", None)
-    with pytest.raises(RuntimeError, match="not a known pristine base"):
-        emulation.base_copy_module()
-
-
-def test_base_copy_module_without_overlay_is_the_installed_module(monkeypatch):
-    monkeypatch.setitem(
-        sys.modules, "flag_gems._overlay_info", None
-    )  # as if not installed
     monkeypatch.setattr(emulation.kunlunxin, "_base_copy_module", None)
     current = emulation.copy_module()
-    digest = hashlib.sha256(open(current.__file__, "rb").read()).hexdigest()
-    if digest in emulation.kunlunxin.BASE_COPY_SHA256:  # a plain flag-gems install
-        assert emulation.base_copy_module() is current
-    else:  # the overlay's copy.py, with its record hidden: not mistaken for the base
-        with pytest.raises(RuntimeError, match="not a known pristine base"):
-            emulation.base_copy_module()
+    if record == "none":  # as if no overlay were installed: the installed module
+        monkeypatch.setitem(sys.modules, "flag_gems._overlay_info", None)
+        digest = hashlib.sha256(open(current.__file__, "rb").read()).hexdigest()
+        if digest in emulation.kunlunxin.BASE_COPY_SHA256:  # a plain flag-gems install
+            assert emulation.base_copy_module() is current
+            return
+    else:
+        base_file = tmp_path / "copy.py"
+        base_file.write_text(open(current.__file__).read() + "\n# edited\n")
+        info = types.ModuleType("flag_gems._overlay_info")
+        info.BASE_COPY_PATH = str(base_file)
+        monkeypatch.setitem(sys.modules, "flag_gems._overlay_info", info)
+    with pytest.raises(RuntimeError, match="not a known pristine base"):
+        emulation.base_copy_module()
 
 
 @pytest.mark.parametrize(
@@ -496,21 +431,23 @@ def test_native_mode_patches_and_checks_nothing(monkeypatch):
     assert emulation._check_versions("native") is None
 
 
-def test_the_base_is_read_from_the_flag_gems_that_is_imported(tmp_path):
-    """The version check identifies the base by the files `import flag_gems` loads,
-    never by a distribution's metadata (a composed install carries the overlay's)."""
-    import flag_gems
-
-    package = Path(flag_gems.__file__).parent
-    assert emulation.flag_gems_dir() == package.resolve()
-    assert emulation.flag_gems_base() == emulation.BASE
-    assert emulation.versions()["flag_gems"] == emulation.BASE
-    # a package whose files match no known base is named by what it declares
-    fake = tmp_path / "flag_gems"
-    for rel in emulation.FLAGGEMS_BASES[emulation.BASE]:
+def fake_package(tmp_path, *extra):
+    """A flag_gems folder holding the base files (pre-images where the overlay patched)."""
+    package, fake = Path(flag_gems.__file__).parent, tmp_path / "flag_gems"
+    for rel in [*emulation.FLAGGEMS_BASES[emulation.BASE], *extra]:
         (fake / rel).parent.mkdir(parents=True, exist_ok=True)
-        kept = package / "_overlay_preimages" / rel  # (a file PR 3 patches)
+        kept = package / "_overlay_preimages" / rel
         shutil.copy(kept if kept.is_file() else package / rel, fake / rel)
+    return fake
+
+
+def test_the_base_is_read_from_the_flag_gems_that_is_imported(tmp_path):
+    """The base is identified by the files `import flag_gems` loads, never by a
+    distribution's metadata (a composed install carries the overlay's)."""
+    assert emulation.flag_gems_dir() == Path(flag_gems.__file__).parent.resolve()
+    assert emulation.flag_gems_base() == emulation.BASE
+    # a package whose files match no known base is named by what it declares
+    fake = fake_package(tmp_path)
     assert emulation.flag_gems_base(fake) == emulation.BASE
     (fake / "utils" / "libentry.py").write_text("# another LibEntry\n")
     (fake / "__init__.py").write_text('__version__ = "5.4.0"\n')
@@ -519,19 +456,12 @@ def test_the_base_is_read_from_the_flag_gems_that_is_imported(tmp_path):
 
 
 def test_a_checkout_with_pr3_applied_is_still_its_base(tmp_path):
-    """upstream-ci applies the launch-cache PR to a checkout (the generic
-    pointwise_dynamic): the base is still recognised, and an edit of a file it reads
-    is not."""
-    import flag_gems
+    """upstream-ci applies the launch-cache PR to a checkout: the base is still
+    recognised, and an edit of a file it reads is not."""
     from copyfix.compose import apply_patch
 
-    package = Path(flag_gems.__file__).parent
-    fake = tmp_path / "flag_gems"
     rel = "utils/pointwise_dynamic.py"
-    for name in [*emulation.FLAGGEMS_BASES[emulation.BASE], rel]:
-        (fake / name).parent.mkdir(parents=True, exist_ok=True)
-        kept = package / "_overlay_preimages" / name
-        shutil.copy(kept if kept.is_file() else package / name, fake / name)
+    fake = fake_package(tmp_path, rel)
     patch = (REPO / "src" / "flag_gems" / f"{rel}.patch").read_text()
     pre = (fake / rel).read_text()
     (fake / rel).write_text(apply_patch(pre, patch, rel))
@@ -587,13 +517,6 @@ def test_xpu_launch_options_are_stripped_only_when_undeclared():
         "unroll_num": 2,
         "tile_size": 64,
     }
-
-
-def test_autotune_tolerates_generate_configs():
-    import triton
-
-    decorator = triton.autotune(configs=[], generate_configs="mm", key=["M"])
-    assert callable(decorator)
 
 
 def test_generate_configs_stand_in_gives_each_shape_its_tiles():
@@ -717,11 +640,46 @@ def test_strided_buffer_launch_through_the_pointwise_call_path():
     assert_same_bits(dst, src.t().to(torch.bfloat16))
 
 
-def assert_child_prints_ok(code, drop, **env_vars):
-    """Run `code` in a fresh interpreter, with this process's environment less the
-    `drop` variables plus `env_vars`: it must exit 0 and print 'ok'."""
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update(env_vars, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+CHILD_CUDA = """
+from copyfix import emulation as e
+assert e.activate('cuda') == 'cuda'
+import triton
+from triton.runtime import interpreter
+from triton.runtime.jit import JITFunction
+import triton.language.extra.xpu.libdevice as x
+assert JITFunction.run._copyfix_patched and triton.autotune._copyfix_patched
+assert not getattr(interpreter, '_copyfix_patched', False)
+assert 'flag_gems' not in sys.modules
+"""
+# an xdist worker inherits TRITON_INTERPRET=1 from a cpu-mode controller: Triton
+# imported with it set makes its own @jit functions stock InterpretedFunctions
+CHILD_CPU = """
+from copyfix import emulation as e
+assert e.activate('cpu') == 'cpu'
+a = torch.arange(12.0).reshape(3, 4)
+d = torch.empty(4, 3)
+e.copy_module().copy_(d, a.t())
+assert torch.equal(d, a.t())
+"""
+
+
+@pytest.mark.parametrize(
+    "code, env",
+    [
+        # cuda mode applies exactly its patches (without a GPU, without flag_gems)
+        (CHILD_CUDA, {}),
+        (CHILD_CPU, {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}),
+    ],
+    ids=["cuda_activation", "cpu_under_inherited_triton_interpret"],
+)
+def test_activation_in_a_fresh_process(code, env):
+    if MODE == "native":  # the XPU box's torch/triton are not the emulated versions
+        assert emulation.activate("native") == "native"
+        return
+    drop = ("TRITON_INTERPRET", "GEMS_VENDOR", emulation.ENV_MODE)
+    env = {**{k: v for k, v in os.environ.items() if k not in drop}, **env}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    code = "import sys, torch\n" + code + "print('ok')\n"
     result = subprocess.run(
         [sys.executable, "-c", code],
         env=env,
@@ -730,54 +688,6 @@ def assert_child_prints_ok(code, drop, **env_vars):
         timeout=300,
     )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
-
-
-def test_cuda_mode_activation_smoke():
-    """cuda mode can only really run on a GPU box; here check that activating it applies
-    exactly its patches (in a fresh interpreter, without importing flag_gems)."""
-    if MODE == "native":  # the XPU box's torch/triton are not the emulated versions
-        assert emulation.activate("native") == "native"
-        return
-    code = (
-        "import sys\n"
-        "from copyfix import emulation as e\n"
-        "assert e.activate('cuda') == 'cuda'\n"
-        "import triton\n"
-        "from triton.runtime import interpreter\n"
-        "from triton.runtime.jit import JITFunction\n"
-        "import triton.language.extra.xpu.libdevice as x\n"
-        "assert JITFunction.run._copyfix_patched and triton.autotune._copyfix_patched\n"
-        "assert not getattr(interpreter, '_copyfix_patched', False)\n"
-        "assert 'flag_gems' not in sys.modules\n"
-        "print('ok')\n"
-    )
-    assert_child_prints_ok(code, drop=("TRITON_INTERPRET", "GEMS_VENDOR"))
-
-
-def test_cpu_mode_in_a_child_that_inherits_triton_interpret():
-    """An xdist worker inherits TRITON_INTERPRET=1 from a controller whose cpu-mode
-    activation set it; activate('cpu') must still work there (Triton imported with
-    it set turns its own @jit functions into stock InterpretedFunctions)."""
-    if MODE == "native":  # the XPU box's torch/triton are not the emulated versions
-        assert emulation.activate("native") == "native"
-        return
-    code = (
-        "import torch\n"
-        "from copyfix import emulation as e\n"
-        "assert e.activate('cpu') == 'cpu'\n"
-        "m = e.copy_module()\n"
-        "a = torch.arange(12.0).reshape(3, 4)\n"
-        "d = torch.empty(4, 3)\n"
-        "m.copy_(d, a.t())\n"
-        "assert torch.equal(d, a.t())\n"
-        "print('ok')\n"
-    )
-    assert_child_prints_ok(
-        code,
-        drop=("GEMS_VENDOR", emulation.ENV_MODE),
-        TRITON_INTERPRET="1",
-        CUDA_VISIBLE_DEVICES="",  # cpu mode on a CUDA build of torch
-    )
 
 
 def test_a_launch_finishes_when_copy_sees_no_self_alias(monkeypatch):
