@@ -69,12 +69,11 @@ def kernel_copy(spies, src, dtype):
     return dst
 
 
+BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
 def bits(t):
-    return t.view(
-        {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[
-            t.element_size()
-        ]
-    )
+    return t.view(BITS[t.element_size()])
 
 
 def assert_same_bits(out, ref):
@@ -90,10 +89,6 @@ def assert_same_bits(out, ref):
         raise AssertionError(
             f"{int(mismatch.sum())} mismatches, e.g. at {i}: {bits(out)[i]} != {bits(ref)[i]}"
         )
-
-
-def fp32_from_bits(values):
-    return torch.from_numpy(np.asarray(values, dtype=np.uint32).view(np.float32).copy())
 
 
 def fp32_rounding_cases():
@@ -116,7 +111,7 @@ def fp32_rounding_cases():
         subnormals,
         np.array(specials, dtype=np.uint32),
     ]
-    return fp32_from_bits(np.concatenate(cases))
+    return torch.from_numpy(np.concatenate(cases).view(np.float32).copy())
 
 
 def test_activate_is_idempotent_and_reports():
@@ -200,22 +195,27 @@ def in_int32_range(t):  # (float -> int outside the range is UB)
     return t[t.float().abs() < 2**31]
 
 
+def fp16_every_7th():
+    return torch.from_numpy(np.arange(0, 0x10000, 7, dtype=np.uint16).view(np.float16))
+
+
 BIG_INT64 = [2**63 - 1, -(2**63), 2**53 + 1, -(2**62) - 3, 0x0123456789ABCDEF]
 FLAGS = [True, False, True, True]
-CONVERSIONS = {  # (float64 is not a Triton dtype on KunlunXIN: copy_ sends it to aten)
+INT_DTYPES = (
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
+)
+# (float64 is not a Triton dtype on KunlunXIN: copy_ sends it to aten)
+CONVERSIONS = {
     "fp32_to_bf16_nearest_even": (fp32_rounding_cases, torch.bfloat16),
     "fp32_to_fp16": (fp32_rounding_cases, torch.float16),
     "fp32_to_int32": (lambda: in_int32_range(fp32_rounding_cases()), torch.int32),
-    "fp32_to_int64_toward_zero": (
-        lambda: torch.tensor([-2.7, -0.5, 0.5, 2.7]),
-        torch.int64,
-    ),
-    "fp16_to_bf16": (
-        lambda: torch.from_numpy(
-            np.arange(0, 0x10000, 7, dtype=np.uint16).view(np.float16).copy()
-        ),
-        torch.bfloat16,
-    ),
+    "fp32_to_int64": (lambda: torch.tensor([-2.7, -0.5, 0.5, 2.7]), torch.int64),
+    "fp16_to_bf16": (fp16_every_7th, torch.bfloat16),
     "bf16_to_fp32": (every_bf16, torch.float32),
     "bf16_to_fp16": (every_bf16, torch.float16),
     "bf16_to_int32": (lambda: in_int32_range(every_bf16()), torch.int32),
@@ -226,14 +226,7 @@ CONVERSIONS = {  # (float64 is not a Triton dtype on KunlunXIN: copy_ sends it t
     "bool_to_fp32": (lambda: torch.tensor(FLAGS), torch.float32),
     **{
         f"{str(t)[6:]}_to_bf16": (functools.partial(int_values, t), torch.bfloat16)
-        for t in (
-            torch.int8,
-            torch.int16,
-            torch.int32,
-            torch.int64,
-            torch.uint8,
-            torch.bool,
-        )
+        for t in INT_DTYPES
     },
 }
 
@@ -499,24 +492,13 @@ def test_xpu_libdevice_module_and_stubs():
 
 def test_xpu_launch_options_are_stripped_only_when_undeclared():
     kernel = types.SimpleNamespace(arg_names=["x", "unroll_num"])
-    kwargs = {
-        "num_warps": 4,
-        "buffer_size_limit": 512,
-        "isCloseOffsetAnalysis": True,
-        "isOpenCmpNan": True,
-        "unroll_num": 2,
-        "tile_size": 64,
-        # the ones the pattern misses
-        "is_use_mask_zero": True,
-        "isCLOSE_TTXPU_O_ATOMIC_SIM": True,
-        "groups_per_cluster": 4,
-        "is_sdnn": False,
-    }
-    assert emulation.shims.strip_xpu_launch_options(kernel, kwargs) == {
-        "num_warps": 4,
-        "unroll_num": 2,
-        "tile_size": 64,
-    }
+    kept = {"num_warps": 4, "unroll_num": 2, "tile_size": 64}
+    xpu = ["buffer_size_limit", "isCloseOffsetAnalysis", "isOpenCmpNan",
+           # the ones the pattern misses
+           "is_use_mask_zero", "isCLOSE_TTXPU_O_ATOMIC_SIM", "groups_per_cluster",
+           "is_sdnn"]  # fmt: skip
+    kwargs = {**kept, **dict.fromkeys(xpu, 1)}
+    assert emulation.shims.strip_xpu_launch_options(kernel, kwargs) == kept
 
 
 def test_generate_configs_stand_in_gives_each_shape_its_tiles():
@@ -528,11 +510,8 @@ def test_generate_configs_stand_in_gives_each_shape_its_tiles():
     # not a power of two gets a tile that does not divide it (the masked paths run)
     assert config("mm", shape).kwargs == {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 32}
     assert config("bmm", shape).kwargs == {"TILE_M": 16, "TILE_N": 64, "TILE_K": 32}
-    assert config("addmm", {"M": 1, "N": 17, "K": 4096}).kwargs == {
-        "BLOCK_SIZE_M": 16,
-        "BLOCK_SIZE_N": 32,
-        "BLOCK_SIZE_K": 64,
-    }
+    addmm = config("addmm", {"M": 1, "N": 17, "K": 4096}).kwargs
+    assert addmm == {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64}
     with pytest.raises(NotImplementedError, match="index_add"):
         config("index_add", shape)
 

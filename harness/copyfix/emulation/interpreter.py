@@ -614,25 +614,15 @@ def patch_torch_cpu() -> None:
     # device, the CPU, torch rejects.  Only the CPU maps to -1 (a no-op guard); a
     # cuda index still meets torch's check, and the device model still faults every
     # strided copy those ops make.
-    stock_guard = torch.cuda._DeviceGuard
-    if getattr(stock_guard, "_copyfix_patched", False):
-        return
+    for name in ("_DeviceGuard", "device"):
+        stock = getattr(torch.cuda, name)
+        if not getattr(stock, "_copyfix_patched", False):
 
-    class _DeviceGuard(stock_guard):
-        _copyfix_patched = True
+            def __init__(self, index, _stock=stock):
+                _stock.__init__(self, no_device_index(index))
 
-        def __init__(self, index):
-            super().__init__(no_device_index(index))
-
-    torch.cuda._DeviceGuard = _DeviceGuard
-
-    class device(torch.cuda.device):
-        _copyfix_patched = True
-
-        def __init__(self, index):
-            super().__init__(no_device_index(index))
-
-    torch.cuda.device = device
+            patched = {"_copyfix_patched": True, "__init__": __init__}
+            setattr(torch.cuda, name, type(name, (stock,), patched))
     # LibEntry keys its kernel cache on current_device(), which raises without CUDA:
     # the CPU's index, as Tensor.get_device() reports it
     torch.cuda.current_device = lambda: -1

@@ -35,21 +35,12 @@ class ToolchainFault(RuntimeError):
     """What compiling a kernel with a conversion of :data:`FAULTS` raises here."""
 
 
-class _State(threading.local):
-    depth = 0  # launches in progress on this thread that the model covers
-
-
-_state = _State()
+_state = threading.local()  # .depth: covered launches in progress on this thread
 _EVERYWHERE = [0]
 
 
-def _name(dtype) -> str:
-    """Triton's scalar type name (``fp16``, ``int32``, ...), the keys of FAULTS."""
-    return getattr(dtype, "name", str(dtype))
-
-
 def active() -> bool:
-    return _state.depth > 0 or _EVERYWHERE[0] > 0
+    return getattr(_state, "depth", 0) > 0 or _EVERYWHERE[0] > 0
 
 
 def check(src_dtype, dst_dtype) -> None:
@@ -57,7 +48,8 @@ def check(src_dtype, dst_dtype) -> None:
     conversion ``src_dtype -> dst_dtype`` is one the toolchain cannot compile."""
     if not active():
         return
-    why = FAULTS.get((_name(src_dtype), _name(dst_dtype)))
+    names = tuple(getattr(t, "name", str(t)) for t in (src_dtype, dst_dtype))
+    why = FAULTS.get(names)
     if why is not None:
         raise ToolchainFault(f"{why}\n{_WHY}")
 
@@ -78,13 +70,11 @@ def _from_kunlunxin_code(depth_limit: int = 64) -> bool:
 def launch() -> Iterator[None]:
     """Around one interpreted launch: the model covers it if KunlunXIN code launched it."""
     covered = _from_kunlunxin_code()
-    if covered:
-        _state.depth += 1
+    _state.depth = getattr(_state, "depth", 0) + covered
     try:
         yield
     finally:
-        if covered:
-            _state.depth -= 1
+        _state.depth -= covered
 
 
 @contextlib.contextmanager
