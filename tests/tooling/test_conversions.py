@@ -1,12 +1,10 @@
 """The emulation converts between dtypes as compiled Triton does, pinned by a device run.
 
-``results/conversions_h200.json`` holds what compiled Triton 3.6 did on the H200 for
-every (src, dst) pair of the KunlunXIN Triton dtypes, through a store (``implicit``),
-``.to(dst)`` (``explicit``) and ``.to(float32)`` stored (``via_fp32``), with torch's
-bits (``python -m copyfix.measure.probe_conversions``).  Here the same kernels run on
-the active emulation and must give the recorded bits on every input C defines
-(``probe_conversions.undefined``), a NaN by class only (its payload and sign are the
-implementation's).
+``results/conversions_h200.json`` (``python -m copyfix.measure.probe_conversions`` on the
+H200) holds compiled Triton 3.6's bits for every (src, dst) pair of the KunlunXIN Triton
+dtypes, by store (``implicit``), ``.to(dst)`` (``explicit``) and ``.to(float32)`` stored
+(``via_fp32``), with torch's.  The same kernels on the active emulation must give them,
+bit for bit on every input C defines (``probe.undefined``); a NaN only as a NaN.
 """
 
 import functools
@@ -27,24 +25,17 @@ pytestmark = pytest.mark.harness
 
 RECORDED = Path(__file__).resolve().parents[2] / "results" / "conversions_h200.json"
 
-# True only while the recorded file is an interpreter run ("interpreter-provisional"),
-# which certifies nothing: with the device file in, a provisional file fails.
-ACCEPT_PROVISIONAL = False
-
 PAIRS = [f"{s}->{d}" for s in probe.DTYPES for d in probe.DTYPES]
 FLOAT_BITS = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23)}
 
-# Where compiled Triton's conversion is not torch's, on inputs C defines (NaN by
-# class), outside stores into bool pointers (test_store_into_bool_keeps_the_int8_byte).
-# Integers into bfloat16: Triton rounds the integer once, torch goes int -> float32 ->
-# bfloat16 (c10::BFloat16 is built from a float); they differ where the float32 step
-# lands on a bfloat16 tie.  Taking torch's two steps in the kernel does not help:
-# `x.to(tl.float32)` stored to bfloat16 ("via_fp32") is folded into the same single
-# rounding.  The kunlunxin copy_ rounds the float32 bit pattern by hand there.
+# Where compiled Triton's conversion is not torch's (defined inputs, bool stores aside):
+# integers into bfloat16, rounded once by Triton (via_fp32 folded too), twice by torch
+# (int -> float32 -> bfloat16); the kunlunxin copy_ rounds the float32 bits by hand.
+_BIG = 2**62 + 2**54 + 1
 TRITON_NOT_TORCH = {
     "int32->bfloat16": {0x1010001, -0x1010001},
-    "int64->bfloat16": {0x1010001, 2**40 + 2**32 + 1, 2**62 + 2**54 + 1, -(2**62 + 2**54 + 1)},
-}  # fmt: skip
+    "int64->bfloat16": {0x1010001, 2**40 + 2**32 + 1, _BIG, -_BIG},
+}
 
 
 @functools.lru_cache(maxsize=None)
@@ -85,16 +76,10 @@ def signed(bits, name):
 
 def test_recorded_file_is_a_device_run_of_these_inputs():
     data = recorded()
-    assert data["source"] in ("device", "interpreter-provisional")
-    if not ACCEPT_PROVISIONAL:
-        assert data["source"] == "device", (
-            f"{RECORDED.name} is {data['source']!r}: put the H200 run there "
-            "(python -m copyfix.measure.probe_conversions on the device)"
-        )
-    if data["source"] == "device":
-        assert data["mode"] == "compiled"
-        assert data["versions"]["triton"].startswith("3.6.")
-        assert "H200" in data["versions"]["gpu"]
+    # (an "interpreter-provisional" file certifies nothing: the H200 run goes there)
+    assert data["source"] == "device" and data["mode"] == "compiled"
+    assert data["versions"]["triton"].startswith("3.6.")
+    assert "H200" in data["versions"]["gpu"]
     # the record is of exactly the edge values and exclusions the probe has now
     assert data["inputs"] == {n: probe.to_bits(probe.inputs(n)) for n in probe.DTYPES}
     assert sorted(data["pairs"]) == sorted(PAIRS)

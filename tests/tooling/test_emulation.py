@@ -313,10 +313,8 @@ def test_cpu_dispatch_routes_tensor_copy_to_kunlunxin_and_unregisters(spies):
         with emulation.cpu_dispatch():
             dst.copy_(src)
             assert spies.launch.call_count == 1 and spies.fallback.call_count == 0
-            if MODE == "cpu":
-                assert (
-                    spy.call_count == 1
-                )  # the interpreter's own write-back is not routed
+            if MODE == "cpu":  # (the interpreter's own write-back is not routed)
+                assert spy.call_count == 1
                 assert spy.call_args.args[0] is dst and spy.call_args.args[1] is src
                 # isfinite copies the Python scalar inf into a 0-dim CPU tensor (a wrapped
                 # number, handed to Python kernels as a float): CPU-internal, not routed
@@ -360,10 +358,8 @@ def test_base_copy_module_loads_the_recorded_base_file_separately(
     assert base is not current and base.__file__ == str(base_file)
     assert base.copy_ is not current.copy_ and base.copy_.__globals__ is vars(base)
     assert sys.modules["_kunlunxin.ops.copy"] is current
-    src, dst = (
-        torch.randn(10, device=DEV),
-        torch.empty(10, dtype=torch.bfloat16, device=DEV),
-    )
+    src = torch.randn(10, device=DEV)
+    dst = torch.empty(10, dtype=torch.bfloat16, device=DEV)
     with mock.patch.object(
         base._copy_kernel, "instantiate", wraps=base._copy_kernel.instantiate
     ) as launch:
@@ -416,9 +412,7 @@ def test_version_check_accepts_the_supported_versions(monkeypatch):
             monkeypatch.setattr(emulation, "_installed_versions", lambda f=fake: f)
             assert emulation._check_versions("cpu") == base
             assert emulation._check_versions("cuda") == base
-
-
-def test_native_mode_patches_and_checks_nothing(monkeypatch):
+    # native mode patches nothing, so it checks nothing
     fake = {"torch": "9.9", "triton": "9.9", "flag_gems": "6.0 at /x"}
     monkeypatch.setattr(emulation, "_installed_versions", lambda: fake)
     assert emulation._check_versions("native") is None
@@ -519,50 +513,40 @@ def test_generate_configs_stand_in_gives_each_shape_its_tiles():
 @pytest.mark.parametrize(
     "op, fn",
     [
-        ("mm", lambda a, b, c: torch.mm(a, b)),
-        ("bmm", lambda a, b, c: torch.bmm(a[None], b[None])[0]),
-        ("addmm", lambda a, b, c: torch.addmm(c, a, b)),
-    ],
-)
-def test_kunlunxin_matmuls_run_with_generated_configs(op, fn):
-    g = torch.Generator().manual_seed(0)
-    a, b = torch.randn(5, 24, generator=g), torch.randn(24, 40, generator=g)
-    c = torch.randn(40, generator=g)
-    a, b, c = a.to(DEV), b.to(DEV), c.to(DEV)
-    with flag_gems.use_gems(include=[op]):
-        got = fn(a, b, c)
-    torch.testing.assert_close(got, fn(a, b, c), rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.parametrize(
-    "op, fn",
-    [
-        ("rsqrt", lambda x: torch.rsqrt(x.abs() + 0.5)),
-        ("pow_tensor_scalar", lambda x: x.pow(2)),
-        ("pow_tensor_scalar", lambda x: x.abs().pow(0.5)),
-        ("argmax", lambda x: torch.argmax(x, dim=-1)),
-        ("where_self", lambda x: torch.where(x > 0, x, torch.zeros_like(x))),
-        ("full", lambda x: torch.full((3, 5), True, device=x.device)),
+        # (the matmuls take their configs from the generate_configs stand-in)
+        ("mm", lambda x, w, c: torch.mm(x, w)),
+        ("bmm", lambda x, w, c: torch.bmm(x[None], w[None])[0]),
+        ("addmm", lambda x, w, c: torch.addmm(c, x, w)),
+        # (each needed a shim in cpu mode: the libdevice stand-ins, dtype and bool
+        # arguments, where's device pick, the CPU device object)
+        ("rsqrt", lambda x, w, c: torch.rsqrt(x.abs() + 0.5)),
+        ("pow_tensor_scalar", lambda x, w, c: x.pow(2)),
+        ("pow_tensor_scalar", lambda x, w, c: x.abs().pow(0.5)),
+        ("argmax", lambda x, w, c: torch.argmax(x, dim=-1)),
+        ("where_self", lambda x, w, c: torch.where(x > 0, x, torch.zeros_like(x))),
+        ("full", lambda x, w, c: torch.full((3, 5), True, device=x.device)),
         (
             "fill_scalar_",
-            lambda x: torch.empty(7, dtype=torch.bool, device=x.device).fill_(True),
+            lambda x, w, c: torch.empty(7, dtype=torch.bool, device=x.device).fill_(
+                True
+            ),
         ),
-        ("mean_dim", lambda x: x.mean(-1, keepdim=True)),
+        ("mean_dim", lambda x, w, c: x.mean(-1, keepdim=True)),
         (
             "embedding",
-            lambda x: torch.nn.functional.embedding(
+            lambda x, w, c: torch.nn.functional.embedding(
                 torch.tensor([[1, 3]], device=x.device), x
             ),
         ),
     ],
 )
 def test_kunlunxin_ops_the_decode_reaches_match_torch(op, fn):
-    # (each needed a shim in cpu mode: the libdevice stand-ins, dtype and
-    # bool arguments, where's device pick, the CPU device object)
-    x = torch.randn(4, 33, generator=torch.Generator().manual_seed(1)).to(DEV)
+    g = torch.Generator().manual_seed(1)
+    x, w, c = (torch.randn(*s, generator=g).to(DEV) for s in ((4, 33), (33, 40), (40,)))
     with flag_gems.use_gems(include=[op]):
-        got = fn(x)
-    torch.testing.assert_close(got, fn(x), rtol=1e-6, atol=1e-6)
+        got = fn(x, w, c)
+    tol = 1e-4 if op.endswith("mm") else 1e-6
+    torch.testing.assert_close(got, fn(x, w, c), rtol=tol, atol=tol)
 
 
 def test_the_cpu_device_object_enters_the_no_device_guard():

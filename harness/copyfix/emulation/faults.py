@@ -65,10 +65,8 @@ def _overlaps_partially(dst, src) -> bool:
     if not (dense(dst) and dense(src)) or not torch._C._is_alias_of(dst, src):
         return False  # TOO_HARD or NO: aten does not raise
     d0, s0 = dst.data_ptr(), src.data_ptr()
-    d1, s1 = (
-        d0 + dst.numel() * dst.element_size(),
-        s0 + src.numel() * src.element_size(),
-    )
+    d1 = d0 + dst.numel() * dst.element_size()
+    s1 = s0 + src.numel() * src.element_size()
     if (d0, d1) == (s0, s1):
         return dst.stride() != src.stride()
     return d0 < s1 and s0 < d1
@@ -78,15 +76,12 @@ def aten_reaches_kernel(dst, src) -> bool:
     """Rule 2: aten::copy_ would launch its elementwise kernel for this pair."""
     import torch
 
-    if not (isinstance(dst, torch.Tensor) and isinstance(src, torch.Tensor)):
+    pair = (dst, src)
+    if not all(isinstance(t, torch.Tensor) for t in pair) or dst is src:
         return False
-    if dst is src or dst.is_meta or src.is_meta:
+    if any(t.is_meta or t.layout != torch.strided for t in pair):
         return False
-    if dst.layout != torch.strided or src.layout != torch.strided:
-        return False
-    if dst.is_quantized or src.is_quantized:
-        return False
-    if dst._is_zerotensor() or src._is_zerotensor():
+    if any(t.is_quantized or t._is_zerotensor() for t in pair):
         return False
     # at::has_internal_overlap is Yes only for a broadcast dim of a non-dense tensor
     if dst.numel() and any(s == 0 and n > 1 for n, s in zip(dst.shape, dst.stride())):

@@ -52,7 +52,7 @@ def erf(x):
     return tl.math.erf(x)
 
 
-def _numpy_pow(base, exponent):
+def pow(base, exponent):  # noqa: A001  (libdevice's name)
     """``pow`` as libdevice's table has it ((fp32, fp32) -> fp32, (fp64, fp64) ->
     fp64; an int32 exponent as powi), on the interpreter's numpy data."""
     import numpy as np
@@ -90,10 +90,6 @@ def _numpy_pow(base, exponent):
     ]
     ty = tl.block_type(kind, list(np.broadcast_shapes(*blocks))) if blocks else kind
     return tl.tensor(interpreter.TensorHandle(data, kind), ty)
-
-
-def pow(x, y):  # noqa: A001  (libdevice's name)
-    return _numpy_pow(x, y)
 
 
 # (a builtin, as .shims' stubs: triton 3.6 accepts no plain function in a kernel)
