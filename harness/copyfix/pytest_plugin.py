@@ -28,10 +28,7 @@ def pytest_addoption(parser):
         help="the KunlunXIN device model around the PR tests and benchmark (default on)",
     )
     for name, kwargs in (
-        (
-            "--ref",
-            dict(default="device", help="where references run (upstream's option)"),
-        ),
+        ("--ref", dict(default="device", help="where references run (upstream's)")),
         ("--quick", dict(action="store_true", help="upstream's quick mode")),
     ):
         try:

@@ -37,23 +37,14 @@ def spies():
     """Count torch fallbacks (redispatch) and Triton launches (instantiate) of copy_module()."""
     module = emulation.copy_module()
     launch = mock.Mock()  # one count over every scalar kernel copy_ picks from
-
-    def counting(instantiate):
-        def counted(rank):
-            launch(rank)
-            return instantiate(rank)
-
-        return counted
-
     with contextlib.ExitStack() as stack:
         fallback = stack.enter_context(
             mock.patch.object(COPY_OP, "redispatch", wraps=COPY_OP.redispatch)
         )
         for name in COPY_KERNELS:
             kernel = getattr(tracking.kernel_home(module), name)
-            stack.enter_context(
-                mock.patch.object(kernel, "instantiate", counting(kernel.instantiate))
-            )
+            counted = lambda rank, f=kernel.instantiate: (launch(rank), f(rank))[1]
+            stack.enter_context(mock.patch.object(kernel, "instantiate", counted))
         yield types.SimpleNamespace(module=module, fallback=fallback, launch=launch)
 
 
@@ -145,7 +136,8 @@ def test_generated_wrapper_launches_12_ctas(spies):
     overload = module._copy_kernel.instantiate(2)
     overload = getattr(overload, "__wrapped__", overload)
     source = open(overload.__code__.co_filename).read()
-    assert str(emulation.cache_dir()) in overload.__code__.co_filename
+    cache = os.environ.get("FLAGGEMS_CACHE_DIR") or Path.home() / ".flaggems"
+    assert str(cache) in overload.__code__.co_filename
     assert "num_ctas = 12 # XPU BLOCK_NUM" in source
     kernel = overload.__globals__[
         f"{module._copy_kernel._scalar_fn.__name__}_kernel_rank_2"
@@ -463,22 +455,19 @@ def test_xpu_libdevice_module_and_stubs():
     import triton.language as tl
     from triton.language.extra.xpu import libdevice
 
-    if MODE != "native":
-        from triton.language.extra.cuda import libdevice as cuda_libdevice
-
     assert tl.extra.xpu.libdevice is libdevice
     assert callable(libdevice.xpu_trunc_div) and callable(libdevice.rint)
     if MODE == "native":  # KunlunXIN's own Triton provides them
         return
-    assert libdevice.rint is cuda_libdevice.rint and libdevice.tan is cuda_libdevice.tan
-    # cpu mode: the interpreter's stand-ins (copyfix.emulation.xpu_libdevice) for the
-    # names the kunlunxin ops reach; cuda mode: CUDA libdevice's own functions
+    from triton.language.extra.cuda import libdevice as cuda
+
     from copyfix.emulation import xpu_libdevice
 
+    assert libdevice.rint is cuda.rint and libdevice.tan is cuda.tan
+    # the names the kunlunxin ops reach: the interpreter's stand-ins in cpu mode
     for name in xpu_libdevice.STAND_INS:
-        stand_in = getattr(xpu_libdevice, name)
-        expected = stand_in if MODE == "cpu" else getattr(cuda_libdevice, name)
-        assert getattr(libdevice, name) is expected, name
+        expected = xpu_libdevice if MODE == "cpu" else cuda
+        assert getattr(libdevice, name) is getattr(expected, name), name
     for name in emulation.shims.XPU_ONLY_LIBDEVICE:
         with pytest.raises(NotImplementedError, match=name):
             getattr(libdevice, name)(1, 2)

@@ -251,12 +251,6 @@ def cpu_vendor() -> str:
     return vendor
 
 
-def cache_dir() -> Path:
-    """Directory where FlagGems writes its generated wrappers/kernels (code_cache/ below it)."""
-    require()
-    return Path(os.environ.get("FLAGGEMS_CACHE_DIR") or (Path.home() / ".flaggems"))
-
-
 def device() -> str:
     """Device string for tensors under test: "cpu" in the cpu emulation, else flag_gems.device."""
     if require() == "cpu":

@@ -58,13 +58,10 @@ def hook_holder():
     return CompiledKernel
 
 
-# --- triton 3.0-3.6 JITFunction.run returns the CompiledKernel, which LibEntry and
-# PR 3's launch cache launch later as `kernel.run(gx, gy, gz, stream, function,
-# packed_metadata, meta, enter, exit, *args)` (3.0-3.2: non-constexpr args only; 3.3+:
-# every parameter).  The interpreter returns None.  InterpretedKernel stands in, at
-# least as strict as the compiled launcher: the version's argument count, its own
-# handles, and constexprs equal to the ones it was "compiled" with (a compiled kernel
-# would silently use its baked values; this one refuses).
+# --- triton 3.0-3.6 JITFunction.run returns the CompiledKernel that LibEntry and PR 3's
+# launch cache launch later; the interpreter returns None.  This stand-in is at least
+# as strict as the compiled launcher: the version's argument count, its own handles,
+# and the constexprs it was "compiled" with (a compiled kernel would use its baked ones).
 class InterpretedKernel:
     packed_metadata = ("copyfix-interpreted",)
 
@@ -190,9 +187,8 @@ def patch_triton_interpreter(vendor: str = "kunlunxin") -> None:
     interpreter._copyfix_patched = True
 
 
-# --- triton 3.6 jit() under TRITON_INTERPRET=1 returns an InterpretedFunction, which
-# is no JITFunction; flag_gems asserts isinstance(fn, JITFunction) and reads its
-# cache_key, params, arg_names.  This subclass has those and runs on the stock object.
+# --- triton 3.6 jit() under TRITON_INTERPRET=1 returns no JITFunction, which flag_gems
+# asserts: this subclass is one, and runs on the stock InterpretedFunction.
 def _jit_function_on_the_interpreter(interpreter, stock, strips_xpu_options) -> None:
     import triton.language as tl
     from triton.runtime.jit import JITFunction
@@ -250,10 +246,9 @@ def _jit_function_on_the_interpreter(interpreter, stock, strips_xpu_options) -> 
     interpreter.InterpretedFunction = InterpretedJITFunction
 
 
-# --- triton 3.6 JITFunction.__call__ raises outside a kernel.  Triton's own @jit
-# library functions (tl.cdiv, tl.sum, ...) are plain JITFunctions here (imported
-# uninterpreted); inside an interpreted launch, and only there, a call runs on the
-# stock interpreter, as compiled Triton inlines it.  Outside one it still raises.
+# --- triton 3.6 JITFunction.__call__ raises outside a kernel.  Triton's own library
+# functions (tl.cdiv, ...) are plain JITFunctions here: inside an interpreted launch
+# only, a call runs on the stock interpreter (compiled Triton inlines it).
 def _library_jit_calls_inside_a_launch(stock) -> None:
     from triton.runtime.jit import JITFunction
 
@@ -271,12 +266,10 @@ def _library_jit_calls_inside_a_launch(stock) -> None:
         return jit_call
 
 
-# --- triton 3.0-3.6 _patch_lang(fn) asserts triton.language is a global of every
-# interpreted function; kunlunxin copy.py's device function `_copy_kernel` lives in a
-# module that imports only `triton`, and runs inside a kernel whose _patch_lang already
-# patched it: return an empty scope.  With ``skips_repatching`` (nvidia variant, 3.6),
-# a module the running launch already patched is not patched again at each device call
-# (pure repetition, half of the nvidia tiny decode's time).
+# --- triton 3.0-3.6 _patch_lang(fn) asserts triton.language is among fn's globals; a
+# device function of a module without it (kunlunxin copy.py) runs inside a kernel that
+# patched it already: an empty scope.  ``skips_repatching`` (nvidia, 3.6): no repeated
+# patching at each device call within a launch (half the nvidia tiny decode's time).
 def _patch_lang_of_device_functions(interpreter, skips_repatching: bool) -> None:
     import triton.language as tl
 
@@ -302,16 +295,13 @@ def _patch_lang_of_device_functions(interpreter, skips_repatching: bool) -> None
     interpreter._patch_lang = _patch_lang
 
 
-# --- triton 3.6 InterpreterBuilder.cast_impl: bf16 is held as uint16 bits and every
-# X->bf16 / bf16->X but fp32->bf16 (truncated) runs astype on the raw bits.  Compiled
-# Triton (measured on the H200: results/conversions_h200.json, pinned by
-# tests/tooling/test_conversions.py) rounds into bf16 once, to nearest even, from the
-# exact value; the bf16 cases are exact arithmetic here, the rest stays stock.  It also
-# folds int -> fp32 -> 16-bit float into one conversion (truncf(sitofp(x))): an
-# integer's fp32 handle remembers its source, and its truncation converts that.
-# The toolchain model (copyfix.emulation.toolchain) checks each conversion as compiled
-# Triton emits it, after the fold, with fp16 widened to fp32 still counted as fp16;
-# the builder's constants (literals a compiler folds) carry a mark and are not checked.
+# --- triton 3.6 InterpreterBuilder.cast_impl gets bf16 wrong (raw-bit astype, fp32
+# truncated).  Compiled Triton (H200: results/conversions_h200.json, pinned by
+# tests/tooling/test_conversions.py) rounds into bf16 once, to nearest even: exact
+# arithmetic here.  It folds int -> fp32 -> 16-bit float into one conversion: an
+# integer's fp32 handle remembers its source.  The toolchain model checks conversions
+# as emitted (after the fold; fp16 widened to fp32 counts as fp16); the builder's
+# constants (literals a compiler folds) carry a mark and are not checked.
 def _casts_as_compiled_triton(interpreter) -> None:
     import triton.language as tl
 
@@ -393,10 +383,9 @@ def _casts_as_compiled_triton(interpreter) -> None:
             )
 
 
-# --- triton 3.3-3.6 GridExecutor._restore_args_dev writes results back with
-# `storage.copy_(host)`, for a CPU tensor a self-copy: emulator plumbing, left alone
-# during the write-back so that it reaches no copy_ kernel (spies and faults would see
-# it; a copy_ missing the self-alias no-op would deadlock on LibEntry's lock).
+# --- triton 3.3-3.6 GridExecutor._restore_args_dev's `storage.copy_(host)` is a
+# self-copy for a CPU tensor: left alone during the write-back, so no copy_ kernel sees
+# it (nor deadlocks on LibEntry's lock for want of the self-alias no-op).
 def _storage_self_copies_left_alone() -> None:
     import torch
 
@@ -416,9 +405,8 @@ def _storage_self_copies_left_alone() -> None:
     torch.UntypedStorage.copy_ = _storage_copy_
 
 
-# --- triton 3.0-3.6 GridExecutor._restore_args_dev: marks the write-back
-# (``_state.staging``).  3.0-3.2 write back with a Tensor.copy_ of the memory onto
-# itself, which would reach the copy_ under test: such pairs are left out.
+# --- triton 3.0-3.6 GridExecutor._restore_args_dev: marks the write-back; 3.0-3.2's
+# Tensor.copy_ of memory onto itself (it would reach the copy_ under test) is left out.
 def _write_back_staged(interpreter) -> None:
     import torch
 
@@ -452,9 +440,8 @@ def _write_back_staged(interpreter) -> None:
     interpreter.GridExecutor._restore_args_dev = _restore_args_dev
 
 
-# --- triton 3.6 GridExecutor._init_args_hst builds host copies with Tensor-only
-# methods; flag_gems' StridedBuffer has data_ptr() and dtype only (and may describe
-# negative strides).  A CPU-resident one needs no host copy: passed through as is.
+# --- triton 3.6 GridExecutor._init_args_hst needs Tensor methods flag_gems'
+# StridedBuffer lacks; a CPU-resident one needs no host copy: passed through.
 def _strided_buffers_pass_through(interpreter) -> None:
     import torch
 
@@ -468,8 +455,8 @@ def _strided_buffers_pass_through(interpreter) -> None:
             storage(), "device", None
         ) == torch.device("cpu")
 
-    # a lazily negated tensor would be cloned through copy_ (re-entering the op under
-    # test); compiled Triton reads its memory through data_ptr(): a plain alias here
+    # a lazily negated tensor would be cloned through copy_ (the op under test):
+    # a plain alias of its memory, which is what compiled Triton reads
     def _raw(arg):
         if isinstance(arg, torch.Tensor) and arg.is_neg():
             alias = torch.empty(0, dtype=arg.dtype, device=arg.device)
@@ -496,9 +483,8 @@ def _strided_buffers_pass_through(interpreter) -> None:
     interpreter.GridExecutor._init_args_hst = _init_args_hst
 
 
-# --- triton 3.0-3.2 _patch_lang_tensor: __bool__ evaluates any one-element block,
-# and `if not mask:` in store/load then stores a masked-off one-lane block unmasked,
-# out of bounds.  Only scalars evaluate, as in compiled Triton and 3.3+.
+# --- triton 3.0-3.2 _patch_lang_tensor: `if not mask:` in store/load evaluates a
+# one-lane block and stores it unmasked, out of bounds: only scalars evaluate (3.3+).
 def _only_scalars_branch(interpreter) -> None:
     stock_patch_lang_tensor = interpreter._patch_lang_tensor
 
@@ -511,9 +497,8 @@ def _only_scalars_branch(interpreter) -> None:
     interpreter._patch_lang_tensor = _patch_lang_tensor
 
 
-# --- triton 3.6 _implicit_cvt: a Python bool argument gets type int1 with int32 data
-# (TensorHandle rejects it) and a float stays a bare float (no `.to`).  Compiled Triton
-# passes an i1 and an fp32 scalar: held so here.
+# --- triton 3.6 _implicit_cvt: a Python bool gets int1 with int32 data (rejected), a
+# float stays bare (no `.to`); compiled Triton passes an i1 and an fp32 scalar.
 def _bool_and_float_arguments_as_compiled(interpreter) -> None:
     import triton.language as tl
 
@@ -608,12 +593,9 @@ def no_device_index(device):
 def patch_torch_cpu() -> None:
     import torch
 
-    # --- torch 2.13 / 2.11 torch.cuda._DeviceGuard and torch.cuda.device: stand for
-    # the XPU's device guard (torch_xmlir's XPU is the "cuda" device type); FlagGems
-    # enters them with a tensor's device index or object, which for the emulated
-    # device, the CPU, torch rejects.  Only the CPU maps to -1 (a no-op guard); a
-    # cuda index still meets torch's check, and the device model still faults every
-    # strided copy those ops make.
+    # --- torch 2.13 / 2.11 torch.cuda._DeviceGuard and device stand for the XPU's
+    # device guard (torch_xmlir's XPU is type "cuda"); the CPU, the emulated device,
+    # maps to -1 (a no-op guard).  Any other index still meets torch's check.
     for name in ("_DeviceGuard", "device"):
         stock = getattr(torch.cuda, name)
         if not getattr(stock, "_copyfix_patched", False):
@@ -646,11 +628,9 @@ _WHERE_DEVICE_PICK = 'filter(lambda k: k.type != "cpu", devices)'
 
 
 def _where_on_the_emulated_device() -> None:
-    # --- flag_gems 5.0.2 / main 2026-08-21 ops/where.py (both backends) picks the
-    # first operand device whose type is not "cpu" and asserts there is one; on the
-    # XPU (type "cuda") the pick finds it.  Here the emulated device is the CPU: where
-    # every operand is on it, all are kept.  (A host tensor mixed with device ones,
-    # which fails on the XPU, cannot show here.)  Checked: exactly that one filter.
+    # --- flag_gems 5.0.2 / main ops/where.py (both backends) asserts an operand device
+    # whose type is not "cpu" (on the XPU: "cuda"); here, where every operand is on the
+    # CPU, the emulated device, all are kept.  Checked: exactly that one filter.
     for name in WHERE_MODULES:
         module = sys.modules.get(name)
         if module is None or getattr(module, "filter", None) is _emulated_device_filter:
@@ -702,13 +682,10 @@ def _is_transfer(x, device) -> bool:
 
 
 def _provide_interpreter_driver() -> None:
-    # --- triton 3.6 runtime/driver.py: no active driver on a CPU box, but FlagGems
-    # main's LibTuner (a benchmarker at import) and PR 3's launch cache (current device
-    # and stream) read one: a stand-in for the CPU (device -1, stream 0).
-    # Its benchmarker and triton.testing.do_bench stand for the device's timing of
-    # autotuner configs: each candidate runs ONCE (a failing config raises as on the
-    # device) and all report the same time, so the first config is kept.  (A config
-    # that is wrong without failing shows only if it is the first.)
+    # --- triton 3.6 runtime/driver.py: no driver on a CPU box, which FlagGems main's
+    # LibTuner and PR 3's launch cache read: one for the CPU (device -1, stream 0).
+    # Its benchmarker (and do_bench) stands for the device's timing of autotuner
+    # configs: each runs ONCE (a failing one raises) and the first is kept.
     from triton.runtime.driver import driver
 
     class InterpreterDriver:
@@ -738,10 +715,8 @@ def interpreter_benchmark(kernel_call, *args, quantiles=None, **kwargs):
 
 
 def _register_on_cpu(flag_gems, base: str) -> None:
-    # --- flag_gems DeviceDetector.dispatch_key ("CUDA" for kunlunxin) is the key
-    # use_gems() registers under, and flag_gems.device the tests' device: both become
-    # the CPU's, the emulated device.  Likewise a module-level `_DEVICE_NAME` (main's
-    # ops/mul.py sends other device types to aten's host path).
+    # --- flag_gems DeviceDetector.dispatch_key (use_gems()'s key), flag_gems.device
+    # and module-level `_DEVICE_NAME`s (main's ops/mul.py) become the CPU's.
     if base == "5.0.2":
         from flag_gems.runtime.backend.device import DeviceDetector
     else:

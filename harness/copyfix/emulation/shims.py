@@ -14,24 +14,14 @@ from .state import patch
 # unrolling, cluster layout, SDNN, its TTXPU pass switches).  Dropped, by name and only
 # where the kernel does not declare them; the emulation checks results, not XPU codegen.
 XPU_LAUNCH_OPTIONS = frozenset(
-    {
-        "buffer_size_limit",
-        "unroll_num",
-        "is_use_mask_zero",
-        "isCLOSE_TTXPU_O_ATOMIC_SIM",
-        "groups_per_cluster",
-        "is_sdnn",
-    }
+    "buffer_size_limit unroll_num is_use_mask_zero isCLOSE_TTXPU_O_ATOMIC_SIM "
+    "groups_per_cluster is_sdnn".split()
 )
 _XPU_LAUNCH_OPTION_RE = re.compile(r"^is(Close|Open)[A-Z]\w*$")
 
 # XPU-only libdevice names the kunlunxin sources read: stubs that raise when called.
-XPU_ONLY_LIBDEVICE = (
-    "xpu_trunc_div",
-    "fast_erf",
-    "fast_gelu",
-    "fast_sigmoid",
-    "fast_tanh",
+XPU_ONLY_LIBDEVICE = tuple(
+    "xpu_trunc_div fast_erf fast_gelu fast_sigmoid fast_tanh".split()
 )
 
 
@@ -50,16 +40,11 @@ def _xpu_only_stub(name: str):
     return stub
 
 
-def _is_xpu_launch_option(name: str) -> bool:
-    return name in XPU_LAUNCH_OPTIONS or bool(_XPU_LAUNCH_OPTION_RE.match(name))
-
-
 def strip_xpu_launch_options(jit_fn, kwargs: dict) -> dict:
     """Drop the XPU-only launch options the kernel does not declare as parameters."""
     declared = set(jit_fn.arg_names)
-    return {
-        k: v for k, v in kwargs.items() if k in declared or not _is_xpu_launch_option(k)
-    }
+    xpu = lambda k: k in XPU_LAUNCH_OPTIONS or _XPU_LAUNCH_OPTION_RE.match(k)
+    return {k: v for k, v in kwargs.items() if k in declared or not xpu(k)}
 
 
 def patch_triton_common() -> None:
