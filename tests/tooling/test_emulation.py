@@ -575,10 +575,8 @@ def test_the_interpreter_benchmark_runs_each_config_once():
     from copyfix.emulation.interpreter import interpreter_benchmark
 
     calls = []
-    assert interpreter_benchmark(lambda: calls.append(1), quantiles=(0.5, 0.2)) == [
-        0.0,
-        0.0,
-    ]
+    times = interpreter_benchmark(lambda: calls.append(1), quantiles=(0.5, 0.2))
+    assert times == [0.0, 0.0] and calls == [1]
     assert interpreter_benchmark(lambda: calls.append(1), warmup=25, rep=100) == 0.0
     assert calls == [1, 1]
 
@@ -632,22 +630,15 @@ def test_activation_in_a_fresh_process(code, env):
     env = {**{k: v for k, v in os.environ.items() if k not in drop}, **env}
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     code = "import sys, torch\n" + code + "print('ok')\n"
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = dict(env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-c", code], **run)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
 
 
 def test_a_launch_finishes_when_copy_sees_no_self_alias(monkeypatch):
-    """cpu mode: after each launch the interpreter copies every argument's storage onto
-    itself.  That self-copy must not reach the kunlunxin copy_ under use_gems(): a copy_
-    that did not see it as a no-op would launch inside the running launch and deadlock
-    on LibEntry's lock.  Here nothing is an alias, so copy_'s self-alias no-op never
-    fires.  (cuda mode has no write-back: the copy simply runs.)"""
+    """cpu mode: the interpreter's write-back (a storage copied onto itself) must not
+    reach copy_ under use_gems(), which here sees no alias (it would deadlock on
+    LibEntry's lock).  (cuda mode has no write-back: the copy simply runs.)"""
     import threading
 
     monkeypatch.setattr(torch._C, "_is_alias_of", lambda a, b: False)
