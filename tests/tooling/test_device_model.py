@@ -180,6 +180,35 @@ def test_flag_gems_registered_later_takes_the_copy_and_the_model_comes_back(
     assert torch.equal(out, src.t())
 
 
+@pytest.mark.parametrize("refuse", [False, True], ids=["torch_default", "refusing"])
+def test_a_kernel_for_a_block_goes_over_use_gems_own(monkeypatch, refuse):
+    # emulation.aten_copy_kernel (the decode's copy_ recorder) inside use_gems: on
+    # torch 2.11 a plain Library.impl would refuse it (FlagGems' copy_ is a Python
+    # kernel on the same key); it must take the copy, and give it back after
+    if refuse:
+        stock = torch.library.Library.impl
+
+        def refusing(self, op_name, fn, dispatch_key="", *, with_keyset=False, **_):
+            return stock(self, op_name, fn, dispatch_key, with_keyset=with_keyset,
+                         allow_override=False)  # fmt: skip
+
+        monkeypatch.setattr(torch.library.Library, "impl", refusing)
+    seen = []
+    src = grid(6, 4)
+    with flag_gems.use_gems(include=["copy_"]):
+        gems_copy = emulation.copy_module().copy_
+
+        def recorder(dst, s, non_blocking=False):
+            seen.append(tuple(s.shape))
+            return gems_copy(dst, s, non_blocking)
+
+        with emulation.aten_copy_kernel(recorder, DEVICE_TYPE.upper()):
+            out = src.t().contiguous()
+        assert seen == [(4, 6)] and torch.equal(out, src.t())
+        src.t().contiguous()  # FlagGems' own copy_ again
+    assert seen == [(4, 6)]
+
+
 def test_flag_gems_fallback_is_faulted_below_the_device_key():
     # FlagGems' fallback redispatches to aten below the device key; the model is
     # there too (the complex dtype goes to the fallback)

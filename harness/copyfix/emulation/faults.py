@@ -233,24 +233,10 @@ def xpu_device_model(
 
     lib = torch.library.Library("aten", "IMPL")
     try:
-        _register_below_later_ones(torch, lib, "copy_", copy_, device_type.upper())
+        state.register_kernel(
+            lib, "copy_", copy_, device_type.upper()
+        )  # (rule 4: a later one still takes over)
         with _faulty_redispatch(device_type, record):
             yield
     finally:
         lib._destroy()
-
-
-def _register_below_later_ones(torch, lib, op, fn, key):
-    """Register fn for aten::op on key so that a later registration still takes over
-    (rule 4): torch 2.11's Library.impl refuses a second Python kernel listed in
-    ``torch.library._impls``, so the model's entry is kept out of it."""
-    impls = torch.library._impls
-    name = f"aten/{op}/{key}"
-    held = name in impls  # (FlagGems registered first: its entry stays)
-    impls.discard(name)
-    try:
-        lib.impl(op, fn, key)
-    finally:
-        if not held:
-            impls.discard(name)
-        lib._op_impls.discard(name)  # (so that destroying ours leaves theirs alone)

@@ -23,7 +23,7 @@ from typing import Iterator
 
 import numpy as np
 
-from . import toolchain
+from . import state, toolchain
 from .kunlunxin import KUNLUNXIN_COPY_MODULE, _check_copy_module, copy_module
 from .shims import strip_xpu_launch_options
 from .state import patch, require
@@ -810,7 +810,7 @@ def aten_copy_kernel(copy_, key: str) -> Iterator[None]:
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*[Oo]verrid.*")
-            lib.impl("copy_", copy_, key)
+            state.register_kernel(lib, "copy_", copy_, key)  # (over use_gems' own)
         yield
     finally:
         lib._destroy()

@@ -43,3 +43,22 @@ def patch(owner, name):
         return new
 
     return install
+
+
+def register_kernel(lib, op: str, fn, key: str) -> None:
+    """``lib.impl(op, fn, key)`` over any Python kernel already there for aten::op on
+    key: torch 2.11's Library.impl refuses a second one listed in
+    ``torch.library._impls`` (2.13 allows it), so this entry is kept out of that set;
+    an entry already there stays, and destroying ``lib`` leaves it alone."""
+    import torch
+
+    impls = torch.library._impls
+    name = f"aten/{op}/{key}"
+    held = name in impls
+    impls.discard(name)
+    try:
+        lib.impl(op, fn, key)
+    finally:
+        if not held:
+            impls.discard(name)
+        lib._op_impls.discard(name)
