@@ -27,6 +27,11 @@ def git(repo, *args):
     ).stdout
 
 
+def commit(repo, *args):
+    ci = ("-c", "user.email=ci@example.com", "-c", "user.name=ci")
+    git(repo, *ci, "commit", "-q", *args)
+
+
 # Stand-ins for upstream's test and benchmark files (which this repository must not
 # hold): their imports, and a function ending in the context lines PR 1's patch
 # appends after, so that the exported file parses and passes upstream's lint.
@@ -70,18 +75,8 @@ def upstream(tmp_path, monkeypatch):
     monkeypatch.setattr(export, "_copyfix_table", lambda: table)
     (repo / ".pre-commit-config.yaml").write_text(PRE_COMMIT)
     git(tmp_path, "init", "-q", "-b", "master", str(repo))
-    git(repo, "-c", "user.email=ci@example.com", "-c", "user.name=ci", "add", "-A")
-    git(
-        repo,
-        "-c",
-        "user.email=ci@example.com",
-        "-c",
-        "user.name=ci",
-        "commit",
-        "-q",
-        "-m",
-        "base",
-    )
+    git(repo, "add", "-A")
+    commit(repo, "-m", "base")
     return repo
 
 
@@ -100,14 +95,14 @@ def test_copy_patch_applies_to_the_base(upstream):
     ).read_text()
 
 
-def _ci_identity(monkeypatch):
+@pytest.fixture
+def ci_identity(monkeypatch):
     for var in ("AUTHOR", "COMMITTER"):
         monkeypatch.setenv(f"GIT_{var}_NAME", "ci")
         monkeypatch.setenv(f"GIT_{var}_EMAIL", "ci@example.com")
 
 
-def test_make_pr_commits_pr1_as_the_patches_alone(upstream, monkeypatch):
-    _ci_identity(monkeypatch)
+def test_make_pr_commits_pr1_as_the_patches_alone(upstream, ci_identity):
     base = git(upstream, "rev-parse", "HEAD").strip()
     pre = (upstream / export.COPY_PY).read_text()
     sha = export.export_pr(upstream, ["strided-copy"])["strided-copy"]
@@ -134,23 +129,13 @@ def test_make_pr_commits_pr1_as_the_patches_alone(upstream, monkeypatch):
 def test_make_pr_refuses_an_unknown_pre_image(upstream):
     target = upstream / export.COPY_PY
     target.write_text(target.read_text() + "\n# a later upstream change\n")
-    git(
-        upstream,
-        "-c",
-        "user.email=ci@example.com",
-        "-c",
-        "user.name=ci",
-        "commit",
-        "-qam",
-        "drift",
-    )
+    commit(upstream, "-am", "drift")
     with pytest.raises(SystemExit, match="not a known pre-image"):
         export.export_pr(upstream, ["strided-copy"])
     assert git(upstream, "rev-parse", "--abbrev-ref", "HEAD").strip() == "master"
 
 
-def test_make_pr_exports_the_stack_in_order(upstream, monkeypatch):
-    _ci_identity(monkeypatch)
+def test_make_pr_exports_the_stack_in_order(upstream, ci_identity):
     base = git(upstream, "rev-parse", "HEAD").strip()
     shas = export.export_pr(upstream)
     assert list(shas) == list(export.PRS)  # merge order
@@ -261,28 +246,24 @@ def test_a_later_pr_text_plugs_in(tmp_path):
     assert pr.message == export.commit_message(export.REPO / "docs" / "PR1.md")
 
 
-@pytest.mark.parametrize(
-    "text, refused",
-    [
-        (PR_TEXT.replace("# [KUNLUNXIN] A later PR\n", ""), "title"),
-        (PR_TEXT.replace("### Issue", "### Summary"), "template headings"),
-        (
-            PR_TEXT.replace("### Issue\n#1151\n\n", "").replace(
-                "### Performance", "### Issue\n#1151\n\n### Performance"
-            ),
-            "template headings",
+REFUSED = {
+    "no-title": (PR_TEXT.replace("# [KUNLUNXIN] A later PR\n", ""), "title"),
+    "renamed-heading": (
+        PR_TEXT.replace("### Issue", "### Summary"),
+        "template headings",
+    ),
+    "reordered": (
+        PR_TEXT.replace("### Issue\n#1151\n\n", "").replace(
+            "### Performance", "### Issue\n#1151\n\n### Performance"
         ),
-        (PR_TEXT + "more\n" * 15, "at most 30 lines"),
-        (PR_TEXT + "a line\n" * 3, "Performance section"),
-    ],
-    ids=[
-        "no-title",
-        "renamed-heading",
-        "reordered",
-        "too-long",
-        "long-performance",
-    ],
-)
+        "template headings",
+    ),
+    "too-long": (PR_TEXT + "more\n" * 15, "at most 30 lines"),
+    "long-performance": (PR_TEXT + "a line\n" * 3, "Performance section"),
+}
+
+
+@pytest.mark.parametrize("text, refused", REFUSED.values(), ids=REFUSED)
 def test_a_pr_text_outside_the_template_is_refused(tmp_path, text, refused):
     (tmp_path / "PR.md").write_text(text)
     with pytest.raises(SystemExit, match=refused):

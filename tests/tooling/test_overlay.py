@@ -2,6 +2,7 @@
 
 import shutil
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -39,12 +40,16 @@ def _fake_checkout(root: Path, copy_text: bytes) -> Path:
     return root
 
 
-def _project(tmp_path: Path) -> Path:
-    """A copy of this repository's overlay and pyproject, to compose without touching build/."""
+def _project(tmp_path, monkeypatch, edit=b""):
+    """(a copy of this repository's overlay and pyproject, to compose without touching
+    build/; the fake checkout FLAGGEMS_BASE names, its copy.py the base's + ``edit``)."""
     proj = tmp_path / "proj"
     shutil.copytree(REPO / "src", proj / "src")
     shutil.copy(REPO / "pyproject.toml", proj / "pyproject.toml")
-    return proj
+    copy_text = _pristine_base_copy().read_bytes() + edit
+    base = _fake_checkout(tmp_path / "upstream", copy_text)
+    monkeypatch.setenv("FLAGGEMS_BASE", str(base))
+    return proj, base
 
 
 def test_installed_flag_gems_is_the_composed_overlay():
@@ -71,9 +76,7 @@ def test_info_entry_point_reports_base_and_overlay(capsys):
 
 
 def test_compose_over_a_checkout_and_edits_are_live(tmp_path, monkeypatch):
-    proj = _project(tmp_path)
-    base = _fake_checkout(tmp_path / "upstream", _pristine_base_copy().read_bytes())
-    monkeypatch.setenv("FLAGGEMS_BASE", str(base))
+    proj, base = _project(tmp_path, monkeypatch)
     out = compose.compose(proj, editable=True)
     composed = out / "flag_gems" / COPY_REL
     assert composed.is_symlink()
@@ -89,9 +92,7 @@ def test_compose_over_a_checkout_and_edits_are_live(tmp_path, monkeypatch):
 
 
 def test_wheel_compose_copies_instead_of_linking(tmp_path, monkeypatch):
-    proj = _project(tmp_path)
-    base = _fake_checkout(tmp_path / "upstream", _pristine_base_copy().read_bytes())
-    monkeypatch.setenv("FLAGGEMS_BASE", str(base))
+    proj, base = _project(tmp_path, monkeypatch)
     composed = compose.compose(proj, editable=False) / "flag_gems" / COPY_REL
     assert not composed.is_symlink()
     assert composed.read_bytes() == (proj / "src" / "flag_gems" / COPY_REL).read_bytes()
@@ -99,9 +100,7 @@ def test_wheel_compose_copies_instead_of_linking(tmp_path, monkeypatch):
 
 def test_compose_command_composes_the_project_given(tmp_path, monkeypatch, capsys):
     # python -m copyfix.compose [--project DIR] [--no-editable], as the device scripts run it
-    proj = _project(tmp_path)
-    base = _fake_checkout(tmp_path / "upstream", _pristine_base_copy().read_bytes())
-    monkeypatch.setenv("FLAGGEMS_BASE", str(base))
+    proj, base = _project(tmp_path, monkeypatch)
     assert compose.main(["--project", str(proj), "--no-editable"]) == 0
     out = Path(capsys.readouterr().out.strip())
     assert out == proj.resolve() / "build" / "composed"
@@ -111,10 +110,7 @@ def test_compose_command_composes_the_project_given(tmp_path, monkeypatch, capsy
 
 
 def test_wrong_base_stops_with_both_hashes_and_leaves_nothing(tmp_path, monkeypatch):
-    proj = _project(tmp_path)
-    edited = _pristine_base_copy().read_bytes() + b"\n# someone else's change\n"
-    base = _fake_checkout(tmp_path / "upstream", edited)
-    monkeypatch.setenv("FLAGGEMS_BASE", str(base))
+    proj, base = _project(tmp_path, monkeypatch, b"\n# someone else's change\n")
     with pytest.raises(RuntimeError) as err:
         compose.compose(proj, editable=True)
     msg = str(err.value)
@@ -125,20 +121,18 @@ def test_wrong_base_stops_with_both_hashes_and_leaves_nothing(tmp_path, monkeypa
 
 
 def test_base_path_without_flag_gems_is_refused(tmp_path, monkeypatch):
+    proj, _ = _project(tmp_path, monkeypatch)
     monkeypatch.setenv("FLAGGEMS_BASE", str(tmp_path / "nothing-here"))
     with pytest.raises(RuntimeError, match="no flag_gems package found"):
-        compose.compose(_project(tmp_path), editable=True)
+        compose.compose(proj, editable=True)
 
 
 def test_failure_during_layout_removes_the_temporary_tree(tmp_path, monkeypatch):
-    proj = _project(tmp_path)
-    base = _fake_checkout(tmp_path / "upstream", _pristine_base_copy().read_bytes())
-    monkeypatch.setenv("FLAGGEMS_BASE", str(base))
+    proj, base = _project(tmp_path, monkeypatch)
 
-    def broken_copy(*args, **kwargs):
-        raise OSError("disk full")
-
-    monkeypatch.setattr(compose.shutil, "copy2", broken_copy)
+    monkeypatch.setattr(
+        compose.shutil, "copy2", mock.Mock(side_effect=OSError("disk full"))
+    )
     with pytest.raises(OSError):
         compose.compose(proj, editable=False)
     assert not any((proj / "build").iterdir())
@@ -155,10 +149,9 @@ def test_emulation_knows_the_recorded_pre_images():
 def test_decompose_only_puts_back_the_named_files(tmp_path):
     # a composition without one PR's files: those back to the base, the rest composed
     import flag_gems
-    from copyfix import compose
 
     composed = Path(flag_gems.__file__).parent
-    replaced = "runtime/backend/_kunlunxin/ops/copy.py"
+    replaced = COPY_REL
     added = "runtime/backend/_kunlunxin/ops/strided_copy.py"
     kept = "utils/launch_cache.py"
     out = compose.decompose(composed, tmp_path / "flag_gems", only=[replaced, added])
