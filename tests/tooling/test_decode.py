@@ -1,17 +1,7 @@
-"""copyfix.measure.decode: a Llama decode under FlagGems, in the cpu emulation.
-
-The session's emulation (cpu: Triton's interpreter, ``GEMS_VENDOR=kunlunxin``) runs the
-``tiny`` config of the same decode as the GPU run's ``kunlunxin_emulated`` section:
-transformers' own ``generate`` with every FlagGems op (``decode.CPU_EXCLUDED`` is
-empty: none is left out), the KunlunXIN device model recording on the CPU key (no
-strided aten copy), every ``copy_`` call site listed, the launch cache on and off.
-The kernels execute (the cache counts their launches).  The same tiny decode also
-runs on FlagGems' default (NVIDIA) backend and its generic codegen
-(``COPYFIX_CPU_VENDOR=nvidia``, in a fresh process; ``decode.CPU_NVIDIA_EXCLUDED``
-names the ops the interpreter cannot run there).  The rest: the recording device
-model, the stock variant's import path, the combination of worker processes and the
-report table.
-"""
+"""copyfix.measure.decode in the cpu emulation: the tiny decode on the kunlunxin
+emulation (every op, device model recording, copy_ call sites, cache on and off) and on
+the NVIDIA backend's generic codegen (a fresh process); the device model, the stock
+variant's import path, the workers, budget, combination and report."""
 
 import json
 import os
@@ -58,26 +48,19 @@ def test_tiny_decode_on_the_kunlunxin_emulation_equal_with_cache_on_and_off(
     # kunlunxin codegen's pointwise ops run uncached (the generic ones the kunlunxin
     # backend borrows, on main 2026-08-21, are counted)
     assert "kunlunxin" not in run["pointwise_calls_by_codegen"]
-    # fp32 on the interpreter: the same tokens as eager torch, logits within rounding
-    assert (
-        run["vs_eager"]["tokens_equal"] and run["vs_eager"]["first_divergence"] is None
-    )
-    assert run["vs_eager"]["max_logit_diff"] < 1e-4
-
-
-@cpu_only
-def test_tiny_decode_runs_every_kunlunxin_op(tiny_section):
-    # no op is left out from the start, and none was left out for raising
-    assert decode.CPU_EXCLUDED == {}
-    (run,) = tiny_section["configs"]
-    assert run["ops_excluded"] == {}
-
-
-@cpu_only
-def test_tiny_decode_makes_no_strided_aten_copy(tiny_section):
-    (run,) = tiny_section["configs"]
+    _same_as_eager(run)
+    # every op runs: none left out from the start, none left out for raising
+    assert decode.CPU_EXCLUDED == {} and run["ops_excluded"] == {}
+    # no strided aten copy
     assert run["strided_aten_fallbacks"] == 0 and run["fallbacks"] == []
     assert tiny_section["strided_aten_fallbacks"] == 0
+
+
+def _same_as_eager(run):
+    """fp32 on the interpreter: the same tokens as eager torch, logits within rounding."""
+    assert run["vs_eager"]["tokens_equal"]
+    assert run["vs_eager"]["first_divergence"] is None
+    assert run["vs_eager"]["max_logit_diff"] < 1e-4
 
 
 @cpu_only
@@ -109,10 +92,8 @@ def test_copy_calls_are_recorded_inside_use_gems_and_run():
 
 @pytest.fixture(scope="module")
 def nvidia_cpu_section(tmp_path_factory):
-    """The tiny decode on FlagGems' default (NVIDIA) backend in the cpu emulation
-    (COPYFIX_CPU_VENDOR=nvidia), in a fresh process: this session stays kunlunxin.
-    Every op starts included (the ops that raise are left out as they come), so the
-    ops left out are exactly the ones that need to be."""
+    """The tiny decode on the NVIDIA backend in a fresh process, every op included at
+    first (those that raise are left out as they come)."""
     tmp = tmp_path_factory.mktemp("nvidia-cpu")
     return workers.nvidia_cpu_process(["tiny"], tmp, timeout=600, every_op=True)
 
@@ -134,20 +115,10 @@ def test_tiny_decode_on_the_nvidia_backend_runs_the_generic_codegen_on_the_inter
     cache = run["cache"]
     assert cache["hits"] > 0 and cache["recordings"] > 0
     assert run["tokens_equal_cache_off"] is True
-    # fp32 on the interpreter: the same tokens as eager torch, logits within rounding
-    assert (
-        run["vs_eager"]["tokens_equal"] and run["vs_eager"]["first_divergence"] is None
-    )
-    assert run["vs_eager"]["max_logit_diff"] < 1e-4
-
-
-@cpu_only
-def test_tiny_decode_on_the_nvidia_backend_leaves_out_exactly_the_listed_ops(
-    nvidia_cpu_section,
-):
-    # both ways: an op that now raises, or one listed that no longer does
-    assert nvidia_cpu_section["every_op"] is True
-    (run,) = nvidia_cpu_section["configs"]
+    _same_as_eager(run)
+    # exactly the listed ops left out, both ways: one that now raises, or one listed
+    # that no longer does
+    assert section["every_op"] is True
     assert set(run["ops_excluded"]) == set(decode.CPU_NVIDIA_EXCLUDED)
 
 
@@ -231,18 +202,11 @@ def test_against_compares_logits_up_to_the_first_divergence():
     ref = torch.tensor([[1, 2, 3]])
     logits = [torch.zeros(1, 4) for _ in range(3)]
     moved = [logits[0] + 0.5, logits[1] + 0.25, logits[2] + 9.0]
+    keys = ("tokens_equal", "first_divergence", "max_logit_diff")
     same = model.against(ref.clone(), moved, ref, logits)
-    assert same == {
-        "tokens_equal": True,
-        "first_divergence": None,
-        "max_logit_diff": 9.0,
-    }
+    assert same == dict(zip(keys, (True, None, 9.0), strict=True))
     parted = model.against(torch.tensor([[1, 5, 6]]), moved, ref, logits)
-    assert parted == {
-        "tokens_equal": False,
-        "first_divergence": 1,
-        "max_logit_diff": 0.5,
-    }
+    assert parted == dict(zip(keys, (False, 1, 0.5), strict=True))
 
 
 def _row(variant, x, sha="aa", other=True, hits=30):

@@ -3,51 +3,20 @@
     python -m copyfix.measure.decode [--configs small,large,single] [--processes 3]
         [--rounds 3] [--kunlunxin-configs small] [--out results/decode_h200.json]
 
-transformers' own ``LlamaForCausalLM.generate`` (random init, no download), bf16, greedy,
-a fixed prompt (left-padded where batched), exactly ``new_tokens`` tokens per sequence.
-Configs (:data:`CONFIGS`): ``small`` hidden 256, 4 layers, batch 2, 48 new tokens;
-``large`` hidden 1024, 8 layers, batch 4, 32 new tokens; ``single`` the large model at
-batch 1 (single-stream decode); ``tiny`` the cpu emulation's (2 layers, hidden 32, fp32).
+transformers' ``LlamaForCausalLM.generate`` (random init, no download), greedy, exactly
+``new_tokens`` per sequence, on the configs of :data:`CONFIGS` (``tiny``: the cpu
+emulation's).  Each variant of :data:`VARIANTS` (``base``: the pinned base alone,
+``build/base-only``; ``composed``; ``composed_cache_off``) runs in fresh worker
+processes, alternating, every op under ``use_gems()`` on FlagGems' NVIDIA backend, eager
+timed in the same process.  Per config and variant: the median tok/s and ``x_eager``
+(the variant's time per token over eager's; each process's kept), the cache's counts,
+and whether the tokens with the cache on equal those with it off.
 
-Variants (:data:`VARIANTS`), each in its own fresh worker process, the processes
-alternating (``--processes`` rounds of one process per variant), every FlagGems op under
-``flag_gems.use_gems()`` on FlagGems' own NVIDIA backend (``--mode nvidia``:
-``GEMS_VENDOR=nvidia``, no emulation), eager torch timed in the same process, in
-alternating rounds:
-
-``base``                the pinned base alone (flag-gems 5.0.2 without this overlay):
-                        the composition with every pre-image put back
-                        (``compose.decompose``) into ``build/base-only``, first on the
-                        worker's ``PYTHONPATH``
-``composed``            this composition, launch cache on
-``composed_cache_off``  this composition, ``launch_cache.set_enabled(False)``
-
-Per config and variant: tok/s (the median over processes), and ``x_eager``: the
-variant's time per token over eager's in the same process (eager tok/s over the
-variant's: 1.0 as fast as eager, 2.0 twice eager's time), the median over processes,
-each process's own kept.  Cache-on processes
-record the cache's hits, misses and recordings over their timed generates; the
-composed processes each also generate once with the other cache setting, and the
-tokens with the cache on must equal those with it off (in each process and across
-them).  Tokens and logits against eager: information only (bf16 kernels differ).
-
-``kunlunxin_emulated``: the same decode with ``GEMS_VENDOR=kunlunxin`` in the cuda
-emulation (``COPYFIX_EMULATION=cuda``), every FlagGems op, the KunlunXIN device model
-on in its recording form (``emulation.xpu_device_model(record=...)``: every copy aten
-would have run with its missing strided kernel is listed, with the FlagGems op and the
-call site, and then runs): ``strided_aten_fallbacks`` (0 ideally), the list, and
-whether the tokens equal the same run with the device model off and with the cache off.
-An op that raises is left out of ``use_gems`` and named with its error
-(``ops_excluded``); in the cpu emulation (Triton's interpreter) the ops of
-:data:`CPU_EXCLUDED` are left out from the start, each with the reason.
-
-``--nvidia-cpu`` (:func:`nvidia_cpu_section`, ``make test``'s check of the generic
-codegen): the same decode on FlagGems' default (NVIDIA) backend in the cpu emulation
-(``COPYFIX_CPU_VENDOR=nvidia``), the ops of :data:`CPU_NVIDIA_EXCLUDED` left out, against
-eager and with the cache off.
-
-Modules: :mod:`.model` (the decode in its process), :mod:`.workers` (fresh processes,
-schedule, budget, base rebuild, the record) and :mod:`.report`.
+``kunlunxin_emulated``: the decode with ``GEMS_VENDOR=kunlunxin`` in the emulation,
+every op, the KunlunXIN device model recording each copy aten's missing strided kernel
+would have run (``strided_aten_fallbacks``, 0 ideally), tokens against the model off
+and the cache off; ops that raise are left out, named (``ops_excluded``).
+``--nvidia-cpu``: the same on FlagGems' NVIDIA backend in the cpu emulation.
 """
 
 from __future__ import annotations
@@ -60,9 +29,6 @@ from copyfix import records
 from .model import CONFIGS, CPU_EXCLUDED, CPU_NVIDIA_EXCLUDED, VARIANTS  # noqa: F401
 from .report import RESULT, report_lines
 from .workers import kunlunxin_section, measure, nvidia_cpu_section, worker
-
-# every PR file: the whole model runs through all of them
-OP_FILES = ("src/flag_gems",)
 
 
 def _names(text: str) -> list[str]:
@@ -108,7 +74,7 @@ def main(argv=None) -> int:
         records.write(args.out, nvidia_cpu_section(args.configs, args.every_op))
     else:
         # date and op commit; the machine is the workers' (this host's until one ran)
-        stamp = records.stamp(*OP_FILES)
+        stamp = records.stamp("src/flag_gems")  # every PR file: the model runs them all
         measure(args, lambda record: records.write(args.out, {**stamp, **record}))
         print("\n".join(report_lines(args.out)))
     return 0

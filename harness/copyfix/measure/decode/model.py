@@ -1,8 +1,5 @@
-"""The decode itself, in the process that runs it: the configs, the Llama model and its
-greedy ``generate``, FlagGems on (the ops that raise left out, the copy_ calls
-recorded), the launch cache's counts, and the measurement of one config
-(:func:`measure_config`: timed against eager; :func:`whole_model_config`: every op,
-against eager, the cache off and the KunlunXIN device model)."""
+"""The decode in the process that runs it: configs, model, FlagGems on, one config's
+measurement (:func:`measure_config`, timed) or check (:func:`whole_model_config`)."""
 
 from __future__ import annotations
 
@@ -55,25 +52,14 @@ CONFIGS = {
 # fmt: on
 VARIANTS = ("base", "composed", "composed_cache_off")
 
-# The kunlunxin ops the cpu emulation cannot run: none.  Every op the tiny decode
-# reaches runs on Triton's interpreter (flag-gems 5.0.2 and main 2026-08-21), through
-# the emulation's shims (copyfix.emulation: the CPU device object, the kunlunxin
-# libdevice stand-ins, the generate_configs stand-in, the XPU launch options, where's
-# device pick, Triton's library functions, dtype and bool arguments).  Kept as the
-# use_gems(exclude=...) names with why, should an op ever have to be left out again;
-# tests/tooling/test_decode.py checks both ways that exactly these are left out.
+# The kunlunxin ops the cpu emulation cannot run (use_gems exclude names, with why):
+# none, through copyfix.emulation's shims (flag-gems 5.0.2 and main 2026-08-21).
 CPU_EXCLUDED: dict[str, str] = {}
 
-# FlagGems' own NVIDIA backend on flag-gems 5.0.2 (stock and this composition alike):
-# on Hopper with Triton >= 3.4 it registers `_nvidia/hopper/ops/mul.py`'s `mul`, which
-# runs any two tensors of the same rank through a flat 1-D kernel over the first one's
-# numel, ignoring broadcasting and strides: an RMSNorm's (B, 1, H) x (B, 1, 1) fp32 `mul`
-# reads past its (B, 1, 1) operand (memcheck: mul_kernel, mul.py:42) and returns wrong
-# values; the decode faults where the read leaves the pool.  Not a PR file; upstream's
-# #4666 (v5.3.1) replaced that mul.  With `mul` left to aten the decode runs to the end
-# (H200, 2026-12-05).  Registering FlagGems' generic `mul` in its place still faulted (the
-# generic one loads the broadcast operand through block pointers with zero strides:
-# #2307, not yet run with block pointers off), so `mul` stays left out, named.
+# FlagGems' own NVIDIA backend on flag-gems 5.0.2, Hopper, Triton >= 3.4 (not a PR
+# file): memcheck flags mul_kernel (mul.py:42) and the decode faults; with `mul` left to
+# aten it runs to the end (H200, 2026-12-05).  FlagGems' generic `mul` in its place still
+# faulted (block pointers with zero strides: #2307).
 NVIDIA_EXCLUDED = {
     "mul": "flag-gems 5.0.2's Hopper mul (_nvidia/hopper/ops/mul.py) ignores broadcasting "
     "for same-rank operands: an RMSNorm's (B,1,H) x (B,1,1) reads out of bounds (fixed "
@@ -85,8 +71,7 @@ NVIDIA_EXCLUDED = {
 
 
 def build(torch, config: Config, device: str):
-    """(model, input ids, attention mask) on ``device``: seeded, so every process
-    builds the same weights and prompt; the first sequence left-padded where batched."""
+    """(model, input ids, attention mask), seeded; the first sequence left-padded."""
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -101,8 +86,7 @@ def build(torch, config: Config, device: str):
 
 
 def generate(torch, model, ids, mask, new_tokens: int, logits: bool = False):
-    """Greedy ``model.generate``: exactly ``new_tokens`` new tokens per sequence, as
-    a (batch, new_tokens) CPU tensor; with ``logits``, also each step's raw logits."""
+    """Greedy: the (batch, new_tokens) new tokens on the CPU (and each step's logits)."""
     with torch.no_grad():
         out = model.generate(
             ids,
@@ -125,9 +109,8 @@ def tokens_sha(tokens) -> str:
 
 
 def against(tokens, logits, ref_tokens, ref_logits) -> dict:
-    """Tokens and logits against a reference run (eager): whether the tokens are
-    equal, the first step where they part, and the largest logit difference over the
-    steps up to and including that one (the steps that saw the same context)."""
+    """Tokens against a reference run's: equal, the first step they part, and the
+    largest logit difference up to that step (the steps that saw the same context)."""
     parted = [
         s
         for s in range(tokens.shape[1])
@@ -146,21 +129,23 @@ def against(tokens, logits, ref_tokens, ref_logits) -> dict:
 # ------------------------------------------------------------------ FlagGems on
 
 
-@contextlib.contextmanager
-def cache_setting(on: bool):
-    """The launch cache on or off for a block (a base without the cache: no-op)."""
+def _launch_cache():
+    """flag_gems.utils.launch_cache, None for a base without it."""
     try:
         from flag_gems.utils import launch_cache
     except ImportError:
-        yield
-        return
-    with launch_cache.enabled(on):
-        yield
+        return None
+    return launch_cache
+
+
+def cache_setting(on: bool):
+    """The launch cache on or off for a block (a base without the cache: no-op)."""
+    lc = _launch_cache()
+    return contextlib.nullcontext() if lc is None else lc.enabled(on)
 
 
 def _failing_op(error: BaseException) -> str | None:
-    """The FlagGems function torch dispatched to where ``error`` was raised: the
-    outermost FlagGems frame of its traceback (use_gems' exclude takes its name)."""
+    """The outermost FlagGems frame of ``error``'s traceback: the op that raised."""
     frames = [
         f
         for f in traceback.extract_tb(error.__traceback__)
@@ -170,10 +155,8 @@ def _failing_op(error: BaseException) -> str | None:
 
 
 class Gems:
-    """``flag_gems.use_gems()`` with the ops that raised left out: :meth:`run` calls
-    a function under it, and where an op raises, excludes that op, records why in
-    :attr:`excluded` and calls again (an error outside FlagGems, or a second from one
-    op, propagates)."""
+    """``use_gems()`` where :meth:`run` excludes an op that raised (why, in
+    :attr:`excluded`) and calls again; other errors propagate."""
 
     def __init__(self, excluded: dict | None = None):
         self.excluded = dict(excluded or {})
@@ -207,12 +190,9 @@ class Gems:
 
 @contextlib.contextmanager
 def copy_calls_recorded(record: list):
-    """Inside ``flag_gems.use_gems()``: every ``aten::copy_`` that reaches FlagGems'
-    kunlunxin ``copy_`` on the device's dispatch key is listed in ``record`` (the
-    FlagGems op it came from, the call site and both layouts: the emulation's
-    ``faults.call_entry``) and then runs that ``copy_`` as use_gems would.  A Python
-    kernel registered after use_gems' own (the dispatcher takes the most recent), for
-    the block only."""
+    """Inside ``use_gems()``: each ``aten::copy_`` reaching the kunlunxin ``copy_`` is
+    listed in ``record`` (``faults.call_entry``), then runs it (a kernel registered over
+    use_gems' own, for the block only)."""
     target = emulation.copy_module()
 
     def copy_(dst, src, non_blocking=False):
@@ -226,25 +206,17 @@ def copy_calls_recorded(record: list):
 
 
 def with_hit_rate(counts: dict) -> dict:
-    """``counts`` (hits, misses, ...) with ``hit_rate``: hits over the calls."""
     calls = counts["hits"] + counts["misses"]
     return {**counts, "hit_rate": counts["hits"] / calls if calls else None}
 
 
 def cache_stats() -> dict | None:
-    """The launch cache's counts (None for a base without it), with the hit rate."""
-    try:
-        from flag_gems.utils import launch_cache
-    except ImportError:
-        return None
-    return with_hit_rate(launch_cache.stats())
+    lc = _launch_cache()
+    return None if lc is None else with_hit_rate(lc.stats())
 
 
 def pointwise_calls() -> dict:
-    """Calls of the pointwise functions (``PointwiseDynamicFunction``s that imported
-    modules hold) per codegen, ``generic`` (FlagGems' default, NVIDIA's) and
-    ``kunlunxin``, as their launch caches counted them (hits + misses; {} for a base
-    without the cache)."""
+    """Calls (hits + misses) of the loaded pointwise functions, per codegen."""
     from copyfix.measure.base_twins import GENERIC, KUNLUNXIN
 
     out = {}
@@ -264,12 +236,10 @@ def pointwise_calls() -> dict:
 
 
 def calls_delta(before: dict, after: dict) -> dict:
-    """:func:`pointwise_calls` from ``before`` to ``after``."""
     return {k: v - before.get(k, 0) for k, v in after.items()}
 
 
 def stats_delta(before: dict | None, after: dict | None) -> dict | None:
-    """The cache's counts from ``before`` to ``after`` (:func:`cache_stats`)."""
     if before is None or after is None:
         return None
     d = {k: after[k] - before[k] for k in ("hits", "misses", "recordings")}
@@ -285,9 +255,8 @@ def _sync(torch):
 
 
 def alternating_seconds(torch, columns: dict, rounds: int) -> dict:
-    """Wall seconds of each column's call ({name: (context, fn)}: ``fn`` timed inside
-    ``context()``, entered untimed), in ``rounds`` alternating rounds (each round every
-    column once, in a rotating order): {name: [seconds, ...]}."""
+    """{name: [seconds, ...]} of each column's ``fn`` ({name: (context, fn)}, timed
+    inside ``context()``), in ``rounds`` rounds of a rotating order."""
     names = list(columns)
     times = {name: [] for name in names}
     for r in range(rounds):
@@ -309,10 +278,8 @@ def _device(torch) -> str:
 
 
 def measure_config(torch, variant: str, name: str, rounds: int, gems: Gems) -> dict:
-    """One config in this (fresh) process: eager and ``variant`` timed in alternating
-    rounds after a warm-up each; tokens and logits against eager; the cache's counts
-    over the timed generates; in a composed process, the tokens with the other cache
-    setting."""
+    """One config: eager and ``variant`` timed alternately after a warm-up, against
+    eager, the cache's counts, and (composed) tokens with the other cache setting."""
     config = CONFIGS[name]
     model, ids, mask = build(torch, config, _device(torch))
     n = config.new_tokens
@@ -358,7 +325,6 @@ def measure_config(torch, variant: str, name: str, rounds: int, gems: Gems) -> d
 
 
 def _dedupe(entries: list[dict]) -> list[dict]:
-    """One entry per (via, op, call site, layouts), with how many times it came."""
     counted = {}
     for e in entries:
         key = json.dumps(e, sort_keys=True)
@@ -367,9 +333,8 @@ def _dedupe(entries: list[dict]) -> list[dict]:
 
 
 def whole_model_config(torch, name: str, gems: Gems, device_type=None) -> dict:
-    """The decode with every FlagGems op (those raising left out), against eager and
-    with the cache off; with ``device_type``, under the KunlunXIN device model recording
-    on that key (the whole model on the emulated device), and against the model off."""
+    """Every op, against eager and the cache off; with ``device_type``, under the
+    recording KunlunXIN device model, and against the model off."""
     config = CONFIGS[name]
     model, ids, mask = build(torch, config, _device(torch))
     n = config.new_tokens
@@ -417,12 +382,8 @@ def whole_model_config(torch, name: str, gems: Gems, device_type=None) -> dict:
 
 # ------------------------------------------------------------------ NVIDIA on the interpreter
 
-# The ops FlagGems' default (NVIDIA) backend cannot run in the cpu emulation's nvidia
-# variant (COPYFIX_CPU_VENDOR=nvidia: GEMS_VENDOR=nvidia on Triton 3.6's interpreter,
-# composed flag-gems 5.0.2), found by running the tiny decode with every op
-# (`python -m copyfix.measure.decode --nvidia-cpu --every-op --configs tiny`, in that
-# environment: nvidia_cpu_env); tests/tooling/test_decode.py runs it that way and checks
-# that exactly these ops were left out.
+# The ops the NVIDIA backend cannot run on Triton 3.6's interpreter (found with
+# `--nvidia-cpu --every-op --configs tiny`; tests/tooling/test_decode.py checks them).
 # fmt: off
 CPU_NVIDIA_EXCLUDED = {
     "pow_tensor_scalar": "calls libdevice pow (tl_extra_shim.pow, an extern function), "

@@ -1,7 +1,5 @@
-"""The decode's worker processes: each variant in fresh processes, alternating
-(:func:`schedule`), within a :class:`~copyfix.budget.Budget`; the base alone rebuilt
-for the stock variant (:func:`base_only`); the KunlunXIN and nvidia-on-the-interpreter
-sections; and the per-process rows combined into the record."""
+"""The decode's processes: the variants' workers, alternating within a budget, the
+KunlunXIN and nvidia-on-the-interpreter sections, and the rows combined."""
 
 from __future__ import annotations
 
@@ -38,7 +36,6 @@ BASE_ONLY = REPO / "build" / "base-only"
 
 
 def run_info(torch, mode: str) -> dict:
-    """Machine, versions and mode of this process."""
     import transformers
     import triton
 
@@ -66,9 +63,7 @@ def run_info(torch, mode: str) -> dict:
 
 
 def worker(variant: str, names: list[str], rounds: int, out: Path) -> None:
-    """A worker process: every config of ``names`` under ``variant``, into ``out``.
-    The emulation where the worker's environment asks for one, else FlagGems' own
-    NVIDIA backend (``worker_env`` sets ``GEMS_VENDOR=nvidia``): mode ``nvidia``."""
+    """A worker process: every config of ``names`` under ``variant``, into ``out``."""
     mode = emulation.activate(detect=False) or "nvidia"
     import torch
 
@@ -85,8 +80,7 @@ def worker(variant: str, names: list[str], rounds: int, out: Path) -> None:
 
 
 def kunlunxin_section(names: list[str]) -> dict:
-    """:func:`whole_model_config` (device model on) for each of ``names``, in this
-    process (an emulation mode active: cuda on the GPU box, cpu here)."""
+    """:func:`whole_model_config`, device model on, in this emulated process."""
     mode = emulation.activate()
     import torch
 
@@ -101,11 +95,8 @@ def kunlunxin_section(names: list[str]) -> dict:
 
 
 def nvidia_cpu_section(names: list[str], every_op: bool = False) -> dict:
-    """:func:`whole_model_config` (no device model: NVIDIA has aten's strided copy)
-    for each of ``names``, in this process (the cpu emulation's nvidia variant
-    active), the ops of :data:`CPU_NVIDIA_EXCLUDED` left out from the start; with
-    ``every_op``, none (``ops_excluded`` is then exactly the ops that raised, with
-    their errors; slower: the decode restarts at each)."""
+    """:func:`whole_model_config` under the cpu emulation's nvidia variant, the ops of
+    :data:`CPU_NVIDIA_EXCLUDED` left out (with ``every_op``, only those that raise)."""
     mode = emulation.activate()
     if mode != "cpu" or emulation.CPU_VENDOR != "nvidia":
         raise SystemExit(
@@ -128,9 +119,7 @@ def _section(torch, mode: str, configs: list[dict], **more) -> dict:
 
 
 def base_only(dest: Path = BASE_ONLY) -> Path:
-    """``dest`` (``build/base-only``) holding ``flag_gems``: the pinned base alone (the
-    composition's package with every pre-image put back), rebuilt from the composition
-    ``import flag_gems`` finds."""
+    """``dest`` holding the base alone: the imported composition, pre-images put back."""
     import shutil
 
     from copyfix.compose import decompose, overlay_info
@@ -144,9 +133,7 @@ def base_only(dest: Path = BASE_ONLY) -> Path:
 
 
 def worker_env(variant: str, mode: str, base: Path = BASE_ONLY) -> dict:
-    """A worker's environment: FlagGems' own NVIDIA backend without emulation
-    (``nvidia``) or the given emulation mode; the base alone first on the path for
-    ``base``."""
+    """A worker's environment: ``nvidia`` (no emulation) or an emulation mode."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -164,8 +151,7 @@ def worker_env(variant: str, mode: str, base: Path = BASE_ONLY) -> dict:
 
 
 def nvidia_cpu_env(cache_dir: Path) -> dict:
-    """The environment of a process running the cpu emulation's nvidia variant on
-    the composition: FlagGems' caches in ``cache_dir`` (not the caller's)."""
+    """The cpu emulation's nvidia variant, FlagGems' caches in ``cache_dir``."""
     env = worker_env("composed", "cpu")
     env[emulation.ENV_CPU_VENDOR] = "nvidia"
     env["FLAGGEMS_CACHE_DIR"] = str(cache_dir)
@@ -206,8 +192,7 @@ def _kunlunxin_process(args, tmp: Path, budget: Budget) -> dict:
 
 
 def schedule(variants: list[str], processes: int) -> list[tuple[int, str]]:
-    """(process round, variant) in the order the workers run: one process per variant
-    per round, the order rotating from round to round."""
+    """(round, variant) in the order the workers run, rotating each round."""
     k = len(variants)
     return [
         (i, v) for i in range(processes) for v in variants[i % k :] + variants[: i % k]
@@ -215,9 +200,8 @@ def schedule(variants: list[str], processes: int) -> list[tuple[int, str]]:
 
 
 def measure(args, write) -> dict:
-    """The variants in alternating fresh processes, then the KunlunXIN section;
-    ``write(record)`` after each worker, so a run cut short leaves what it measured.
-    A worker starts only where it fits the budget (``Budget.fits_another``)."""
+    """The workers, then the KunlunXIN section; ``write(record)`` after each worker
+    (a run cut short keeps what it measured); a worker starts only if it fits the budget."""
     if "base" in args.variants:
         base_only()
     budget = Budget(
@@ -262,8 +246,7 @@ def measure(args, write) -> dict:
 
 
 def combine(rows: list[dict]) -> dict:
-    """One config's per-process rows (every variant) into its record: per variant the
-    median tok/s and the median of the processes' own ``x_eager``, each kept."""
+    """One config's rows: per variant the median tok/s and ``x_eager`` (each kept)."""
     out = {}
     eager = []
     for variant in VARIANTS:
@@ -295,7 +278,6 @@ def combine(rows: list[dict]) -> dict:
 
 
 def config_records(rows: list[dict], names: list[str]) -> dict:
-    """Each config of ``names`` that has rows: its shape and :func:`combine` of them."""
     return {
         name: {**dataclasses.asdict(CONFIGS[name]), **combine(mine)}
         for name in names
