@@ -176,19 +176,13 @@ def test_one_cache_per_call():
     assert CACHE.hits == 1
 
 
-@contextlib.contextmanager
-def _default_dtype(dtype):
+def _float64(call, *args):
     old = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
+    torch.set_default_dtype(torch.float64)
     try:
-        yield
+        return call(*args)
     finally:
         torch.set_default_dtype(old)
-
-
-def _float64(call, *args):
-    with _default_dtype(torch.float64):
-        return call(*args)
 
 
 def _signature_pairs():
