@@ -116,10 +116,8 @@ def measure(args):
     )
     layouts = _layouts(torch)
     sides = args.sides or ([64] if mode == "cpu" else [256, 1024, 2048, 3072])
-    pairs = [(d, d) for d in FLOAT_DTYPES] + [
-        ("float32", "bfloat16"),
-        ("float32", "float16"),
-    ]
+    casts = [("float32", "bfloat16"), ("float32", "float16")]
+    pairs = [(d, d) for d in FLOAT_DTYPES] + casts
     records = []
     # interpreter timings say nothing about a device: keep them out of results/
     out_dir = RESULTS if on_device else REPO / "build" / "bench"
@@ -142,14 +140,9 @@ def measure(args):
                     flag_gems.use_gems(include=["copy_"]),
                 ):
                     dst.copy_(src)
-                ref = torch.empty(dst.shape, dtype=dd)
-                ref.copy_(host_view(torch, src))
-                got = host_view(torch, dst)
-                bit_exact = bool(
-                    torch.equal(
-                        got.contiguous().view(torch.uint8), ref.view(torch.uint8)
-                    )
-                )
+                ref = torch.empty(dst.shape, dtype=dd).copy_(host_view(torch, src))
+                got = host_view(torch, dst).contiguous().view(torch.uint8)
+                bit_exact = bool(torch.equal(got, ref.view(torch.uint8)))
                 aten_ms = _aten_or_none(lambda: timer.device_ms(lambda: dst.copy_(src)))
                 with flag_gems.use_gems(include=["copy_"]):
                     gems_ms = timer.device_ms(lambda: dst.copy_(src))
@@ -201,10 +194,8 @@ def _aten_or_none(fn):
     except (
         Exception
     ) as exc:  # on KunlunXIN aten's strided copy is the kernel that fails
-        return {
-            "value": None,
-            "error": f"{type(exc).__name__}: {str(exc).splitlines()[0]}",
-        }
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+        return {"value": None, "error": error}
 
 
 def _fmt(v, spec=".4f"):
@@ -299,23 +290,18 @@ def _plot(records, slug):
     import matplotlib.pyplot as plt
 
     biggest = max(r["numel"] for r in records)
-    rows = [
-        r
-        for r in records
-        if r["numel"] == biggest and r["src_dtype"] == r["dst_dtype"] == "float32"
-    ]
+    rows = [r for r in records if r["numel"] == biggest]
+    rows = [r for r in rows if r["src_dtype"] == r["dst_dtype"] == "float32"]
     if not rows:
         return None
-    names = [r["layout"] for r in rows]
-    xs = range(len(rows))
+    xs, width = range(len(rows)), 0.27
     fig, ax = plt.subplots(figsize=(10, 4))
-    width = 0.27
     bars = (("aten_ms", "aten copy_"), ("gems_ms", "flag_gems copy_"),
             ("direct_ms", "direct kernel"))  # fmt: skip
     for i, (key, label) in enumerate(bars):
         xi = [x + (i - 1) * width for x in xs]
         ax.bar(xi, [r[key] or 0 for r in rows], width, label=label)
-    ax.set_xticks(list(xs), names, rotation=20)
+    ax.set_xticks(list(xs), [r["layout"] for r in rows], rotation=20)
     ax.set_ylabel("ms (median)")
     ax.set_title(
         f"copy_ fp32, {biggest} elements — {rows[0]['device']} ({rows[0]['mode']} mode)"
@@ -336,10 +322,7 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--sides", type=int, nargs="*")
     args = parser.parse_args(argv)
-    if args.cmd == "report":
-        report()
-        return 0
-    return measure(args)
+    return measure(args) if args.cmd == "measure" else report() or 0
 
 
 if __name__ == "__main__":
