@@ -78,15 +78,14 @@ DTYPES = {
 # (float8 *fnuz are AMD-only Triton types; float8_e8m0fnu never reaches Triton.)
 LAYOUTS = ("contiguous", "transpose", "expand")
 
-# The issue's four cases (stock 5.0.2 on the H200): src dtype, values, dst dtype.
+# The issue's four cases (stock 5.0.2 on the H200): src dtype, values, dst dtype;
+# the _to_copy issue's three
 ISSUE_CASES = (
     ("float32", [0.5, -0.25, 0.0, 2.0, float("nan")], "bool"),
     ("int16", [256, 0, -256, 1], "bool"),
     ("int32", [16842753], "bfloat16"),
     ("float32", [-1.5, -3.0], "uint8"),
 )
-
-# The _to_copy issue's three (stock 5.0.2 on the H200)
 TO_ISSUE_CASES = (
     ("float32", [0.5, -0.25, 2.0, 1e-45], "bool"),
     ("float32", [-1.5, -3.0], "uint8"),
@@ -131,17 +130,12 @@ def inputs(name: str) -> torch.Tensor:
     dtype = DTYPES[name]
     if name == "float64":
         f32 = probe_conversions.inputs("float32").double()  # exact
-        return torch.cat(
-            [
-                _from_bits(_F64_BITS, torch.float64),
-                torch.tensor(_F64_VALUES, dtype=torch.float64),
-                f32,
-            ]
-        )
+        values = torch.tensor(_F64_VALUES, dtype=torch.float64)
+        return torch.cat([_from_bits(_F64_BITS, torch.float64), values, f32])
     if name in _UINT_VALUES:
         signed = [v - (1 << 64) if v >> 63 else v for v in _UINT_VALUES[name]]
-        return torch.tensor(signed, dtype=torch.int64).to(dtype) if name != "uint64" \
-            else torch.tensor(signed, dtype=torch.int64).view(torch.uint64)  # fmt: skip
+        t = torch.tensor(signed, dtype=torch.int64)
+        return t.view(torch.uint64) if name == "uint64" else t.to(dtype)
     return torch.arange(256, dtype=torch.int16).to(torch.uint8).view(dtype)  # float8
 
 
@@ -175,9 +169,8 @@ def layout_pair(values: torch.Tensor, dst_dtype: torch.dtype, layout: str, devic
     if layout == "contiguous":
         src = values.to(device)
     elif layout == "transpose":  # 2 x n view of an n x 2 tensor: strides (1, 2)
-        src = (
-            torch.stack([values, values[torch.arange(n - 1, -1, -1)]], 1).to(device).t()
-        )
+        back = values[torch.arange(n - 1, -1, -1)]
+        src = torch.stack([values, back], 1).to(device).t()
     elif layout == "expand":  # stride 0 in the outer dimension
         src = values.to(device).reshape(1, n).expand(3, n)
     else:
@@ -301,10 +294,9 @@ def measure(ops: dict, device, dtypes=None, layouts=LAYOUTS, sources=None) -> di
                 for which in ("before", "after"):
                     dst = torch.zeros_like(ref_dst)  # (strides kept: preserve_format)
                     error = run_op(ops[which], dst, src)
-                    if error is None:
-                        row[f"{which}_differ"] = differing(dst, ref_dst, src)
-                    else:
-                        row[f"{which}_differ"] = None
+                    got = None if error else differing(dst, ref_dst, src)
+                    row[f"{which}_differ"] = got
+                    if error:
                         row[f"{which}_error"] = error
                 entry[layout] = row
             pairs[f"{src_name}->{dst_name}"] = entry
@@ -346,11 +338,14 @@ def related_paths(device) -> dict:
     return out
 
 
+_COUNTS = ("before_differ", "after_differ", "before_errors", "after_errors",
+           "torch_errors")  # fmt: skip
+
+
 def summarise(pairs: dict) -> dict:
     """Differing elements and errors summed over pairs and layouts (a layout torch
     itself cannot copy on this device is counted under torch_errors, nothing else)."""
-    names = ("before_differ", "after_differ", "before_errors", "after_errors")
-    total = dict.fromkeys((*names, "torch_errors"), 0)
+    total = dict.fromkeys(_COUNTS, 0)
     rows = {
         p: [r for r in e.values() if "torch_error" not in r] for p, e in pairs.items()
     }
@@ -516,8 +511,7 @@ def merge(path: Path, label: str, section: dict, key: str | None = None) -> dict
     def change(data):
         part = data.get(key, {}) if key else data
         bases = {**part.get("bases", {}), label: section}
-        names = ("before_differ", "after_differ", "before_errors", "after_errors")
-        summary = dict.fromkeys((*names, "torch_errors"), 0)
+        summary = dict.fromkeys(_COUNTS, 0)
         for sec in bases.values():
             for name in summary:
                 summary[name] += sec["summary"].get(name, 0)
