@@ -44,11 +44,8 @@ def main(argv=None) -> int:
     record = {"machine": args.machine, **json.loads(args.extra), "checkouts": runs}
     records.write(args.out, record)
     for label, r in runs.items():
-        counts = {
-            k: (v["passed"], v["failures"] + v["errors"], v["skipped"])
-            for k, v in r.items()
-            if isinstance(v, dict)
-        }
+        counts = {k: (v["passed"], v["failures"] + v["errors"], v["skipped"])
+                  for k, v in r.items() if isinstance(v, dict)}  # fmt: skip
         print(label, counts, "(passed, failed, skipped)")
     return 0
 

@@ -182,13 +182,13 @@ def misses_section(record: dict) -> dict:
     uncached_us (off) and their ratio."""
     w = record["workloads"]
     pairs = {
-        "all_new": (w["all_new"]["on_us_per_call"], w["all_new"]["off_us_per_call"]),
-        "cyclic_over_cap": (
-            w["round_robin"]["on_us_per_call"],
-            w["round_robin"]["off_us_per_call"],
-        ),
-        "first_call": (w["by_call_index_us"]["on"][0], w["by_call_index_us"]["off"][0]),
+        name: (w[key]["on_us_per_call"], w[key]["off_us_per_call"])
+        for name, key in (("all_new", "all_new"), ("cyclic_over_cap", "round_robin"))
     }
+    pairs["first_call"] = (
+        w["by_call_index_us"]["on"][0],
+        w["by_call_index_us"]["off"][0],
+    )
     return {
         name: {"cached_us": on, "uncached_us": off, "ratio": round(on / off, 3)}
         for name, (on, off) in pairs.items()
@@ -215,11 +215,8 @@ def main(argv=None) -> int:
     add("--cap", type=int, default=16)
     add("--section-into", type=Path, help="also write 'misses' into launch_cost's JSON")
     args = parser.parse_args(argv)
-    record = measure(
-        args.rounds,
-        args.cap,
-        progress=lambda m: print(time.strftime("%T"), m, flush=True),
-    )
+    progress = lambda m: print(time.strftime("%T"), m, flush=True)  # noqa: E731
+    record = measure(args.rounds, args.cap, progress=progress)
     record["date"] = records.date()
     records.write(args.out, record)
     if args.section_into:

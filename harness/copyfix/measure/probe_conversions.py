@@ -16,9 +16,6 @@ GPU (the H200 run is ``results/conversions_h200.json``, ``"source": "device"``);
 (``"source": "interpreter-provisional"``).
 
     PYTHONPATH=harness python -m copyfix.measure.probe_conversions --out conversions.json
-
-``tests/tooling/test_conversions.py`` runs :func:`run_source` on the active emulation
-against the recorded device file.
 """
 
 from __future__ import annotations
@@ -221,10 +218,13 @@ def versions(device, numpy: bool = False) -> dict:
         except ImportError:
             out["numpy"] = None
     on_gpu = torch.device(device).type == "cuda"
-    out["python"] = platform.python_version()
-    out["gpu"] = torch.cuda.get_device_name(device) if on_gpu else None
-    out["cuda"] = torch.version.cuda
-    return out
+    gpu = torch.cuda.get_device_name(device) if on_gpu else None
+    return {
+        **out,
+        "python": platform.python_version(),
+        "gpu": gpu,
+        "cuda": torch.version.cuda,
+    }
 
 
 def interpreting() -> bool:
@@ -234,12 +234,9 @@ def interpreting() -> bool:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--out", required=True, help="JSON file to write")
-    parser.add_argument(
-        "--mode",
-        choices=("auto", "compiled", "interpreter"),
+    parser.add_argument("--mode", choices=("auto", "compiled", "interpreter"),
         default="auto",
-        help="auto: compiled on a CUDA GPU (unless TRITON_INTERPRET=1), else interpreter",
-    )
+        help="auto: compiled on a CUDA GPU (unless TRITON_INTERPRET=1), else interpreter")  # fmt: skip
     args = parser.parse_args(argv)
     mode = args.mode
     if mode == "auto":
@@ -264,14 +261,9 @@ def main(argv=None) -> int:
         "pairs": probe(device),
     }
     records.write(args.out, record)
-    differ = [
-        p
-        for p, e in record["pairs"].items()
-        if any(
-            a != b and i not in e["undefined"]["explicit"]
-            for i, (a, b) in enumerate(zip(e["explicit"], e["torch_cpu"]))
-        )
-    ]
+    differ = [p for p, e in record["pairs"].items() if any(
+        a != b and i not in e["undefined"]["explicit"]
+        for i, (a, b) in enumerate(zip(e["explicit"], e["torch_cpu"])))]  # fmt: skip
     print(f"{mode} ({record['source']}): {len(record['pairs'])} pairs -> {args.out}")
     print(f"explicit .to() differs from torch (NaN payloads included): {differ}")
     return 0
