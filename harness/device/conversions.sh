@@ -30,8 +30,7 @@
 # STEPS="..." runs some steps; a second call on a fresh machine continues an earlier call's
 # files when given CONV_PREV=<its conversions JSON> and UP_PREV=<its upstream tests JSON>
 # (paths inside the carried tree).
-# Op commits (the JSONs' op_commit): from git where the tree has .git, else from
-# COPYFIX_OP_COMMIT (pr2) or COPYFIX_TO_COPY_COMMIT / COPYFIX_KUNLUNXIN_TO_COPY_COMMIT (to_copy).
+# Op commits: git where the tree has .git, else COPYFIX_*_COMMIT (see the case below).
 # DRY_RUN_CPU=1: the same steps on this machine's .venv in cpu mode (Triton's interpreter,
 # kunlunxin emulation: use_gems() reaches the kunlunxin op, so the upstream runs' counts are
 # not the PR's; to_copy: K_PR / K_UP, the -k of the PR cases and of upstream's file, default

@@ -18,9 +18,7 @@
 #              stock NVIDIA backend, `pytest -n 16 --quick`: counts in $OUT/launch_cache_upstream.json
 #   suite      this repo's suite in cuda mode (kunlunxin emulation), 5.0.2 base
 # LC_ARGS and MC_ARGS: extra arguments of launch_cost and miss_cost. LC_ARGS defaults to the
-# recorded protocol, --processes 5 --rounds 19 (5 fresh worker processes per backend, each
-# ratio the median of theirs; the 15:08 start of 2026-12-04 ran 15 rounds because a caller's
-# LC_ARGS named --processes 5 alone): set LC_ARGS to measure anything else.
+# recorded protocol, --processes 5 --rounds 19 (5 fresh worker processes per backend).
 # DEADLINE (seconds, default 560) budgets all steps.
 set -u
 cd "$(dirname "$0")/../.."
