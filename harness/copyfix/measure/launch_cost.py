@@ -225,11 +225,9 @@ def measure(backend: str, calls: int, rounds: int):
     if on_device:
         rows.append(_floor(torch, timer, device, backend))
         print(f"{rows[-1]['name']} {rows[-1]}", flush=True)
-    machine = (
-        torch.cuda.get_device_name() if on_device else platform.processor() or "cpu"
-    )
+    machine = torch.cuda.get_device_name() if on_device else platform.processor()
     return rows, {
-        "machine": f"{machine}, {os.cpu_count()} CPU cores",
+        "machine": f"{machine or 'cpu'}, {os.cpu_count()} CPU cores",
         # the CPUs the process was allowed (a pinned run: taskset -c N)
         "cpus_allowed": sorted(os.sched_getaffinity(0)),
         "mode": mode,

@@ -6,7 +6,8 @@ import time
 
 class Timer:
     def __init__(self, torch, on_device):
-        self.torch, self.on_device = torch, on_device
+        self.on_device = on_device
+        self.sync = torch.cuda.synchronize if on_device else (lambda: None)
 
     def device_ms(self, fn):
         if self.on_device:
@@ -22,8 +23,7 @@ class Timer:
 
     def host_us(self, fn, calls=300):
         """Median over 5 rounds of wall time per call, calls issued back to back."""
-        sync = self.torch.cuda.synchronize if self.on_device else (lambda: None)
-        calls = calls if self.on_device else 3
+        sync, calls = self.sync, calls if self.on_device else 3
         for _ in range(20):
             fn()
         sync()
@@ -40,8 +40,7 @@ class Timer:
         """Median wall µs per call of each column, {name: (context, fn)}, measured in
         alternating rounds (each round every column once, in a rotating order) so a
         host whose speed drifts weighs on every column alike."""
-        sync = self.torch.cuda.synchronize if self.on_device else (lambda: None)
-        calls = calls if self.on_device else 3
+        sync, calls = self.sync, calls if self.on_device else 3
         names = list(columns)
         times = {name: [] for name in names}
         for r in range(rounds if self.on_device else 2):
