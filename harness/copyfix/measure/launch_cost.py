@@ -393,11 +393,7 @@ def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> li
         return []
     data = json.loads(path.read_text())
     s = data["summary"]
-    lines = [
-        "",
-        f"## Host cost per call, before and after PR 7 (`results/{path.name}`)",
-        "",
-    ]
+    lines = ["", f"## Host cost per call, before and after PR 7 (`results/{path.name}`)", ""]  # fmt: skip
     for backend, run in data["runs"].items():
         workers = "."
         if run.get("processes", 1) > 1:
@@ -420,9 +416,7 @@ def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> li
         "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in data["ops"]:
-        same = {None: "n/a", True: "yes", False: "**NO**"}[
-            r.get("after_and_off_bit_exact_vs_before")
-        ]
+        same = {None: "n/a", True: "yes", False: "**NO**"}[r.get("after_and_off_bit_exact_vs_before")]  # fmt: skip
         lines.append(
             f"| {r['backend']} | {r['name']} | {r['eager_us']:.1f} | {r['before_us']:.1f} "
             f"| {r['after_us']:.1f} | {r.get('cache_off_us', r['after_us']):.1f} "
@@ -430,15 +424,9 @@ def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> li
         )
     per_process = [r for r in data["ops"] if r.get("per_process")]
     if per_process:
-        lines += [
-            "",
-            "after/eager in each worker process (the table: their median):",
-            "",
-        ]
+        lines += ["", "after/eager in each worker process (the table: their median):", ""]  # fmt: skip
     for r in per_process:
-        each = ", ".join(
-            f"{p['after_us'] / p['eager_us']:.2f}" for p in r["per_process"]
-        )
+        each = ", ".join(f"{p['after_us'] / p['eager_us']:.2f}" for p in r["per_process"])  # fmt: skip
         lines.append(f"- {r['backend']} {r['name']}: {each}")
     nv, kx = s.get("nvidia", {}), s.get("kunlunxin-emulated", {})
     nan = float("nan")
