@@ -14,9 +14,7 @@ kunlunxin one).  ``cpu``: Triton's interpreter with the copyfix cpu emulation;
 
     PYTHONPATH=harness python -m copyfix.measure.generic_conversions --out results/generic_conversions_cpu.json
 
-``--label`` names the FlagGems base; an existing file is merged into (one section per
-base, the summary sums them).  ``pairs`` keeps only the cells that are not torch's
-(:func:`compact_pairs`); ``--full`` writes every cell with its whole error.
+An existing file is merged into, one section per base (``--label``), the summary summed.
 """
 
 from __future__ import annotations
@@ -613,8 +611,7 @@ def main(argv=None) -> int:
         for proc, part in jobs:
             if proc.wait() != 0:
                 raise SystemExit(f"a job failed (rc {proc.returncode}): {proc.args}")
-            got = json.loads(part.read_text())
-            pairs.update(got["pairs"])
+            pairs.update(json.loads(part.read_text())["pairs"])
             part.unlink()
         related = related_paths(device) if args.op == "copy_" else None
     pairs = {f"{s}->{d}": pairs[f"{s}->{d}"] for s in names for d in names}
