@@ -229,8 +229,7 @@ def report():
         records = json.loads(f.read_text())
         if not records:
             continue
-        r0 = records[0]
-        v = r0["versions"]
+        r0, v = records[0], records[0]["versions"]
         lines += [
             "",
             f"## {r0['device']} — mode `{r0['mode']}`",
@@ -277,8 +276,7 @@ def report():
     # (PR 7: the host cost of every op; a Llama decode end to end)
     from copyfix.measure import decode, launch_cost
 
-    lines += launch_cost.report_lines()
-    lines += decode.report_lines()
+    lines += launch_cost.report_lines() + decode.report_lines()
     (DOCS / "PERFORMANCE_ACCURACY.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {DOCS / 'PERFORMANCE_ACCURACY.md'}")
 
