@@ -60,7 +60,7 @@ for step in "$@"; do
       key=v$base; [ "$base" = main ] && key=main-2026-08-21
       python3 -m copyfix.records pytest-summary "$OUT/launch_cache_upstream.json" "$key" "$log.pytest" --files $files
       ;;
-    suite) COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m pytest -q -n 16 -p no:cacheprovider -rfE $SUITE_ARGS > "$log" 2>&1; tail -3 "$log" ;;
+    suite) COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m pytest -q -n 16 -p no:cacheprovider -rfE ${SUITE_ARGS:-} > "$log" 2>&1; tail -3 "$log" ;;
   esac
   tail -2 "$log"
 done
