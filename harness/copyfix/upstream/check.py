@@ -1,19 +1,6 @@
-"""Upstream FlagGems' own tests, before and after the overlay, with KunlunXIN's fault on.
-
-Harness file (not part of the upstream PR); ``make upstream-check`` / ``upstream-discover``:
-
-    python -m copyfix.upstream.check discover <checkout> [--files tests/test_x.py ...]
-    python -m copyfix.upstream.check check <checkout> [--mode cpu|cuda] [-n N] [--limit N]
-    python -m copyfix.upstream.check docs          # regenerate docs/UPSTREAM_CHECK.md only
-
-The checkout is composed twice (copyfix.compose: the base alone, and base + overlay) and
-its ``tests/`` run against each in a temporary folder under ``copyfix.upstream.plugin``;
-the checkout is never written to.  ``discover`` keeps the cases of the base (fault off)
-that call the kunlunxin copy/copy_ (``results/upstream_selection_<label>.json``);
-``check`` classifies each selected case (pass_both / fixed / regressed / fail_both /
-skipped, failures by REASON_PATTERNS) into ``results/upstream_check_<mode>.json``, one
-section per base label, and the generated ``docs/UPSTREAM_CHECK.md`` (its DOC_INTRO).
-"""
+"""Upstream FlagGems' own tests, base vs base + overlay, KunlunXIN fault on (harness;
+``make upstream-check`` / ``upstream-discover``; ``docs`` regenerates docs/UPSTREAM_CHECK.md).
+What runs and how cases are classified: DOC_INTRO."""
 
 from __future__ import annotations
 
@@ -48,7 +35,6 @@ MISSING = {"outcome": "missing", "reason": "not run", "copy_calls": 0}
 
 
 def compose_pair(checkout: Path, work: Path) -> dict[str, Path]:
-    """work/base and work/overlay: composed flag_gems trees (base alone; base + overlay)."""
     from unittest import mock
 
     from copyfix.compose import compose
@@ -77,8 +63,7 @@ def copy_tests(checkout: Path, work: Path) -> Path:
 
 
 def run_pytest(composed, run_dir, targets, name, work, *, jobs, quick, **env) -> dict:
-    """One pytest process over ``targets`` with the composed flag_gems; its records
-    (``env``: mode, fault and the plugin's selection, as pytest_env takes them)."""
+    """One pytest process over ``targets``; ``env`` as pytest_env takes it."""
     out, log = work / f"{name}.json", work / f"{name}.log"
     env = pytest_env(composed, out=out, PYTHONDONTWRITEBYTECODE="1", **env)
     cmd = [sys.executable, "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider"]
@@ -109,14 +94,12 @@ def run_pytest(composed, run_dir, targets, name, work, *, jobs, quick, **env) ->
 
 
 def _normalise(text: str | None) -> str:
-    """A failure message without addresses, numbers and temp paths, for comparing runs."""
     text = re.sub(r"0x[0-9a-f]+", "0x", first_line(text, None))
     text = re.sub(r"/tmp/\S+", "<tmp>", text)
     return re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "N", text)
 
 
 def classify(base: dict | None, overlay: dict | None) -> dict:
-    """Class of one case from its base and overlay records (a missing record is a failure)."""
     base, overlay = base or MISSING, overlay or MISSING
     ok_b, ok_o = base["outcome"] == "passed", overlay["outcome"] == "passed"
     if "skipped" in (base["outcome"], overlay["outcome"]):
@@ -144,25 +127,21 @@ def summarise(cases: list[dict]) -> dict:
     counts = Counter(c["class"] for c in cases)
     summary = {**{k: counts.get(k, 0) for k in CLASSES}, "cases": len(cases)}
     summary["reached_copy"] = sum(
-        1 for c in cases if c["base"]["copy_calls"] or c["overlay"]["copy_calls"]
+        bool(c["base"]["copy_calls"] or c["overlay"]["copy_calls"]) for c in cases
     )
     fail_both = Counter(c["reason_class"] for c in cases if c["class"] == "fail_both")
     summary["fail_both_reasons"] = dict(sorted(fail_both.items()))
     return summary
 
 
-def selection_path(label: str) -> Path:
-    return RESULTS / f"upstream_selection_{label}.json"
-
-
 def limit_round_robin(nodeids: list[str], limit: int | None) -> list[str]:
-    """At most ``limit`` node ids, taken one file at a time in turn (every file is represented)."""
+    """At most ``limit`` node ids, taken one file at a time in turn."""
     if not limit or limit >= len(nodeids):
         return sorted(nodeids)
     by_file: dict[str, list[str]] = {}
     for n in sorted(nodeids):
         by_file.setdefault(n.split("::", 1)[0], []).append(n)
-    picked, queues = [], [list(v) for _, v in sorted(by_file.items())]
+    picked, queues = [], [v for _, v in sorted(by_file.items())]
     while len(picked) < limit:
         for q in queues:
             if q and len(picked) < limit:
@@ -174,39 +153,29 @@ def _files_of(nodeids) -> list[str]:
     return sorted({n.split("::", 1)[0] for n in nodeids})
 
 
-def _filter(nodeids, files: list[str] | None, keyword: str | None) -> list[str]:
-    out = list(nodeids)
-    if files:
-        wanted = [f.rstrip("/") for f in files]
-        out = [n for n in out if any(n == w or n.startswith(w + "::") for w in wanted)]
-    if keyword:
-        out = [n for n in out if re.search(keyword, n)]
-    return out
-
-
-def candidate_files(checkout: Path, files: list[str] | None) -> list[str]:
-    if files:
-        return sorted(files)
-    return sorted(
-        str(p.relative_to(checkout))
-        for p in (checkout / "tests").rglob("test_*.py")
-        if "__pycache__" not in p.parts
-    )
+def _checkout_label(args) -> tuple[Path, str]:
+    checkout = check_checkout(args.upstream)
+    return checkout, args.label or checkout_label(checkout)
 
 
 def cmd_discover(args) -> int:
-    checkout = check_checkout(args.upstream)
-    label = args.label or checkout_label(checkout)
-    targets = candidate_files(checkout, args.files)
+    checkout, label = _checkout_label(args)
+    targets = sorted(
+        args.files
+        or (
+            str(p.relative_to(checkout))
+            for p in (checkout / "tests").rglob("test_*.py")
+            if "__pycache__" not in p.parts
+        )
+    )
     functions, scan = targets, None
     with tempfile.TemporaryDirectory(prefix="copyfix-upstream-") as tmp:
         work = Path(tmp)
         composed = compose_pair(checkout, work)["base"]
         run_dir = copy_tests(checkout, work)
         common = dict(mode=args.mode, fault=False, jobs=args.jobs, quick=args.quick)
-        if args.scan:
-            # scan: the first --scan case(s) of every test function; only functions
-            # whose scanned case called copy/copy_ are run in full below
+        if args.scan:  # the first --scan cases of each test function; those reaching
+            # copy/copy_ pick the functions run in full below
             per_test = {"COPYFIX_UPSTREAM_PER_TEST": str(args.scan)}
             scan = run_pytest(
                 composed, run_dir, targets, "scan", work, **common, **per_test
@@ -223,7 +192,7 @@ def cmd_discover(args) -> int:
             shutil.copy(work / "discover.log", args.log)
     cases = data["records"]
     reached = {n: r for n, r in cases.items() if r["copy_calls"] > 0}
-    out = Path(args.out) if args.out else selection_path(label)
+    out = Path(args.out or RESULTS / f"upstream_selection_{label}.json")
     searched = (
         f"; searched: every test function whose first {args.scan} case(s) called it"
         if args.scan
@@ -272,17 +241,23 @@ def _brief(rec: dict | None) -> dict:
 
 
 def cmd_check(args) -> int:
-    checkout = check_checkout(args.upstream)
-    label = args.label or checkout_label(checkout)
-    sel_file = Path(args.selection) if args.selection else selection_path(label)
+    checkout, label = _checkout_label(args)
+    sel_file = Path(args.selection or RESULTS / f"upstream_selection_{label}.json")
     if not sel_file.is_file():
         raise SystemExit(
             f"no selection {sel_file}: run `python -m copyfix.upstream.check discover {checkout}"
             f"{' --label ' + label if args.label else ''}` first (or pass --selection)"
         )
     selection = json.loads(sel_file.read_text())
-    nodeids = _filter(selection["cases"], args.files, args.keyword)
-    nodeids = limit_round_robin(nodeids, args.limit)
+    nodeids = selection["cases"]
+    if args.files:
+        wanted = [f.rstrip("/") for f in args.files]
+        nodeids = [
+            n for n in nodeids if any(n == w or n.startswith(w + "::") for w in wanted)
+        ]
+    if args.keyword:
+        nodeids = [n for n in nodeids if re.search(args.keyword, n)]
+    nodeids = limit_round_robin(list(nodeids), args.limit)
     if not nodeids:
         raise SystemExit("the selection (after --files/-k/--limit) is empty")
     quick = selection["quick"] if args.quick is None else args.quick
@@ -294,25 +269,17 @@ def cmd_check(args) -> int:
         run_dir = copy_tests(checkout, work)
         select = work / "select.json"
         select.write_text(json.dumps(nodeids))
+        files = _files_of(nodeids)
         for name in ("base", "overlay"):
             runs[name] = run = run_pytest(
-                composed[name],
-                run_dir,
-                _files_of(nodeids),
-                name,
-                work,
-                mode=args.mode,
-                jobs=args.jobs,
-                quick=quick,
-                COPYFIX_UPSTREAM_SELECT=str(select),
-            )
+                composed[name], run_dir, files, name, work, mode=args.mode,
+                jobs=args.jobs, quick=quick, COPYFIX_UPSTREAM_SELECT=str(select),
+            )  # fmt: skip
             if args.log_dir:
                 Path(args.log_dir).mkdir(parents=True, exist_ok=True)
                 shutil.copy(work / f"{name}.log", Path(args.log_dir) / f"{name}.log")
-            print(
-                f"{name}: {len(run['records'])} cases in {run['meta']['wall_s']} s",
-                flush=True,
-            )
+            n, wall = len(run["records"]), run["meta"]["wall_s"]
+            print(f"{name}: {n} cases in {wall} s", flush=True)
     # the base run must have imported the checkout's own copy.py, the overlay run ours
     copy_rel = "runtime/backend/_kunlunxin/ops/copy.py"
     b, o = (runs[k]["meta"].get("replaced", []) for k in ("base", "overlay"))
@@ -343,7 +310,7 @@ def cmd_check(args) -> int:
             "selected": len(nodeids),
             "selection_size": len(selection["cases"]),
             "limit": args.limit,
-            "files": _files_of(nodeids),
+            "files": files,
             "versions": runs["overlay"]["meta"].get("versions"),
             "wall_s": round(time.monotonic() - started, 1),
             "run_wall_s": {k: v["meta"]["wall_s"] for k, v in runs.items()},
@@ -365,8 +332,12 @@ def cmd_check(args) -> int:
     return 1 if s["regressed"] and args.strict else 0
 
 
+def cmd_docs(args) -> int:
+    print(f"wrote {write_docs()}")
+    return 0
+
+
 def cmd_reclassify(args) -> int:
-    """Classify the stored cases again (after REASON_PATTERNS changed) and regenerate the docs."""
     for path in sorted(RESULTS.glob("upstream_check_*.json")):
         data = json.loads(path.read_text())
         for label, sec in data["bases"].items():
@@ -375,8 +346,7 @@ def cmd_reclassify(args) -> int:
             sec["summary"] = summarise(sec["cases"])
             write_results(path, label, sec)
         print(f"reclassified {path}")
-    print(f"wrote {write_docs()}")
-    return 0
+    return cmd_docs(args)
 
 
 def write_results(path: Path, label: str, section: dict) -> dict:
@@ -384,11 +354,9 @@ def write_results(path: Path, label: str, section: dict) -> dict:
 
     def merge(data):
         bases = {**data.get("bases", {}), label: section}
-        total = Counter()
-        for sec in bases.values():
-            for k in (*CLASSES, "cases"):
-                total[k] += sec["summary"][k]
-        summary = {**{k: total[k] for k in (*CLASSES, "cases")}, "bases": sorted(bases)}
+        keys = (*CLASSES, "cases")
+        summary = {k: sum(s["summary"][k] for s in bases.values()) for k in keys}
+        summary["bases"] = sorted(bases)
         return {"summary": summary, "bases": dict(sorted(bases.items()))}
 
     return records.update(path, merge)
@@ -438,13 +406,6 @@ runs before upstream's hook; the conftest itself is not changed.
 CI_BLOCK_BEGIN, CI_BLOCK_END = "<!-- upstream-ci -->", "<!-- /upstream-ci -->"
 
 
-def _kept_ci_block() -> str:
-    text = DOCS.read_text() if DOCS.is_file() else ""
-    start = text.find(CI_BLOCK_BEGIN)
-    end = text.find(CI_BLOCK_END, start) if start >= 0 else -1
-    return text[start : end + len(CI_BLOCK_END)] + "\n" if end >= 0 else ""
-
-
 def write_docs() -> Path:
     parts = [DOC_INTRO]
     for path in sorted(RESULTS.glob("upstream_check_*.json")):
@@ -455,7 +416,10 @@ def write_docs() -> Path:
         for key in ("note", "stale_note"):  # (a results file's own words on its runs)
             if data.get(key):
                 parts.append(f"**{mode} mode, {key.replace('_', ' ')}.** {data[key]}\n")
-    kept = _kept_ci_block()
+    text = DOCS.read_text() if DOCS.is_file() else ""
+    start = text.find(CI_BLOCK_BEGIN)
+    end = text.find(CI_BLOCK_END, start) if start >= 0 else -1
+    kept = text[start : end + len(CI_BLOCK_END)] + "\n" if end >= 0 else ""
     DOCS.write_text("\n".join(parts) + ("\n" + kept if kept else ""))
     return DOCS
 
@@ -503,21 +467,15 @@ def _doc_section(mode: str, label: str, sec: dict) -> str:
             lines.append(f"- `{c['nodeid']}`: {c['reason_class']}; {why}")
         lines.append("")
     odd = [
-        c
+        f"- `{c['nodeid']}` ({c['reason_class']}): base: {c['base'].get('reason')}; "
+        f"overlay: {c['overlay'].get('reason')}"
         for c in sec["cases"]
         if c["class"] == "fail_both"
         and c["reason_class"] in ("different-failure", "xpu-fault")
     ]
     if odd:
-        lines.append(
-            "Fail both, worth a look (different failures, or the fault in both):"
-        )
-        lines += [
-            f"- `{c['nodeid']}` ({c['reason_class']}): base: {c['base'].get('reason')}; "
-            f"overlay: {c['overlay'].get('reason')}"
-            for c in odd
-        ]
-        lines.append("")
+        head = "Fail both, worth a look (different failures, or the fault in both):"
+        lines += [head, *odd, ""]
     return "\n".join(lines)
 
 
@@ -550,10 +508,9 @@ def main(argv=None) -> int:
         p.add_argument("--files", nargs="+", help="test files (as tests/test_x.py)")
     d.add_argument("--no-quick", dest="quick", action="store_false", default=True)
     d.add_argument("--out", help="default results/upstream_selection_<label>.json")
-    scan = (
-        "run in full only the test functions whose first N cases reached copy_ (0: all)"
+    d.add_argument(
+        "--scan", type=int, default=1, help="first N cases per function (0: all)"
     )
-    d.add_argument("--scan", type=int, default=1, help=scan)
     d.add_argument("--log", help="copy pytest's output here")
     q = c.add_mutually_exclusive_group()
     q.add_argument("--quick", dest="quick", action="store_true", default=None)
@@ -569,10 +526,7 @@ def main(argv=None) -> int:
     sub.add_parser("docs", help="regenerate docs/UPSTREAM_CHECK.md from results/")
     sub.add_parser("reclassify", help="classify stored cases again, then the docs")
     args = parser.parse_args(argv)
-    if args.cmd != "docs":
-        return globals()[f"cmd_{args.cmd}"](args)
-    print(f"wrote {write_docs()}")
-    return 0
+    return globals()[f"cmd_{args.cmd}"](args)
 
 
 if __name__ == "__main__":
