@@ -4,13 +4,12 @@ indexed on the controller) and a few tests with known fates under the XPU fault.
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 import tomllib
 import yaml
 
-from copyfix import compose, export, lint
+from copyfix import export, lint
 from copyfix.upstream import check as upstream_check
 
 pytestmark = pytest.mark.harness
@@ -84,34 +83,17 @@ def test_skips():
 
 
 @pytest.fixture(scope="module")
-def checkout(tmp_path_factory):
-    import flag_gems
-
-    root = tmp_path_factory.mktemp("up") / "FlagGems"
-    compose.decompose(Path(flag_gems.__file__).parent, root / "src" / "flag_gems")
-    tests = root / "tests"
-    tests.mkdir()
-    (tests / "__init__.py").write_text("")
-    (tests / "conftest.py").write_text(CONFTEST)
-    (tests / "test_synthetic.py").write_text(TESTS)
-    (root / "pytest.ini").write_text("[pytest]\ntestpaths = tests\npythonpath = src\n")
-    return root
+def checkout(base_checkout):
+    (base_checkout / "tests" / "conftest.py").write_text(CONFTEST)
+    (base_checkout / "tests" / "test_synthetic.py").write_text(TESTS)
+    return base_checkout
 
 
 @pytest.fixture(scope="module")
 def discovered(checkout, tmp_path_factory):
     out = tmp_path_factory.mktemp("sel") / "selection.json"
-    args = [
-        "discover",
-        str(checkout),
-        "--label",
-        "synthetic",
-        "-n",
-        "0",
-        "--out",
-        str(out),
-    ]
-    assert upstream_check.main(args) == 0
+    args = ["discover", str(checkout), "--label", "synthetic", "-n", "0", "--out"]
+    assert upstream_check.main([*args, str(out)]) == 0
     return json.loads(out.read_text())
 
 
@@ -133,19 +115,15 @@ def test_discover_selects_the_cases_that_call_copy(discovered):
     assert cases["tests/test_synthetic.py::test_transposed"]["outcome"] == "passed"
 
 
-def test_check_classifies_base_vs_overlay_under_xdist(
-    checkout, discovered, tmp_path, monkeypatch
-):
+def test_check_classifies_base_vs_overlay_under_xdist(checkout, discovered, tmp_path):
     sel = tmp_path / "selection.json"
     sel.write_text(json.dumps(discovered))
     results = tmp_path / "upstream_check_cpu.json"
     before = sorted(p.name for p in checkout.rglob("*"))
     # -n 1, xdist (one worker): upstream's conftest flaw would abort the controller
     args = ["check", str(checkout), "--label", "synthetic", "-n", "1", "--no-docs"]
-    assert (
-        upstream_check.main([*args, "--selection", str(sel), "--results", str(results)])
-        == 0
-    )
+    args += ["--selection", str(sel), "--results", str(results)]
+    assert upstream_check.main(args) == 0
     assert sorted(p.name for p in checkout.rglob("*")) == before, "checkout untouched"
     data = json.loads(results.read_text())
     sec = data["bases"]["synthetic"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from copyfix import compose, emulation, export
+from copyfix import emulation, export
 from copyfix.upstream import check as upstream_check
 from copyfix.upstream import ci as upstream_ci
 
@@ -98,22 +98,11 @@ done
 PR_TEST_FILE = "tests/test_tiny_pr.py"
 
 
-def _base_tree(root: Path) -> Path:
-    """src/flag_gems of the 5.0.2 base the build kept, under root."""
-    import flag_gems
-
-    compose.decompose(Path(flag_gems.__file__).parent, root / "src" / "flag_gems")
-    return root
-
-
 @pytest.fixture(scope="module")
-def checkout(tmp_path_factory):
-    root = _base_tree(tmp_path_factory.mktemp("up") / "FlagGems")
-    tests = root / "tests"
-    tests.mkdir()
-    (tests / "__init__.py").write_text("")
-    (tests / "conftest.py").write_text(CONFTEST)
-    (tests / "test_copy.py").write_text(TEST_COPY)
+def checkout(base_checkout):
+    root = base_checkout
+    (root / "tests" / "conftest.py").write_text(CONFTEST)
+    (root / "tests" / "test_copy.py").write_text(TEST_COPY)
     (root / "benchmark").mkdir()
     (root / "tools").mkdir()
     script = root / upstream_ci.TEST_OP
@@ -121,7 +110,6 @@ def checkout(tmp_path_factory):
         shutil.copyfile(UPSTREAM_MAIN / upstream_ci.TEST_OP, script)
     else:
         script.write_text(TEST_OP_EQUIVALENT)
-    (root / "pytest.ini").write_text("[pytest]\ntestpaths = tests\npythonpath = src\n")
     return root
 
 
