@@ -86,12 +86,10 @@ def measure(ops=tuple(OPS)) -> dict:
             after = importlib.import_module(module)
             pair = {"before": _before(name, module, Path(work)), "after": after}
             pairs = gc.measure(pair, emulation.device())
+            path = after.__file__
             out[op] = {
                 "before_file": {"later": name, "sha256": records.sha256(LATER / name)},
-                "after_file": {
-                    "path": after.__file__,
-                    "sha256": records.sha256(after.__file__),
-                },
+                "after_file": {"path": path, "sha256": records.sha256(path)},
                 "patch": PATCHES[op],
                 "summary": gc.summarise(pairs),
                 "before_errors": _errors(pairs, "before"),

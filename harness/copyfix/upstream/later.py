@@ -1,16 +1,10 @@
 """Upstream's later KunlunXIN ``copy.py`` (the ``tle_copy`` era), run in place of ours
-(harness; ``make upstream-later UPSTREAM=<checkout>``).
-
-The newest public copy.py calls ``tle_copy(expanded_src, dst)`` first and sends to aten
-every small equal-shape copy, every aliasing copy and every layout ``tle_copy`` declines.
-It is measured as a new user would meet it: ``tle`` unavailable (upstream #6470), aten's
-strided copy missing (``emulation.xpu_device_model``).  Its files (LATER_FILES) are never
-committed: they sit under ``--later`` (default ``.upstream/later/``).  Each variant
-(``base``: the checkout's copy.py; ``later``: upstream's later files; ``ours``: PR 1;
-``ours-on-head``: PR 1 on the later tree) runs ``_cases`` in a child (bit for bit against
-torch on the host, aten fallbacks counted), :mod:`copyfix.upstream.tle_standin` where the
-tree has ``tle_copy.py``, and upstream's ``tests/test_copy.py`` as upstream-ci runs it:
-``results/upstream_later_<mode>.json``.
+(harness; ``make upstream-later UPSTREAM=<checkout>``), as a new user meets it: ``tle``
+unavailable (upstream #6470), aten's strided copy missing (the device model).  Its files
+(LATER_FILES, never committed) sit under ``--later``.  Each of VARIANTS (the checkout's,
+upstream's later files, PR 1, PR 1 on the later tree) runs ``_cases`` in a child,
+:mod:`copyfix.upstream.tle_standin` where the tree has ``tle_copy.py``, and upstream's
+``tests/test_copy.py``: ``results/upstream_later_<mode>.json``.
 """
 
 from __future__ import annotations
@@ -28,7 +22,7 @@ from unittest import mock
 from copyfix import records
 from copyfix.budget import Budget
 from copyfix.upstream import ci as upstream_ci
-from copyfix.upstream.common import REPO, pytest_env
+from copyfix.upstream.common import REPO, first_line, pytest_env
 
 KUNLUNXIN = "src/flag_gems/runtime/backend/_kunlunxin"
 # name under --later: (path in FlagGems, where it was read, sha256 the report cites)
@@ -86,9 +80,6 @@ ADAPTATIONS = (
 )
 
 
-# ------------------------------------------------------------------------- cases
-
-
 def _cases(torch):
     """name -> make(device) giving (dst, src, what to compare): src is built on the
     host and reaches the device as a contiguous buffer, views are taken there."""
@@ -133,7 +124,7 @@ def _cases(torch):
 
 
 def _first_line(exc) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return f"{type(exc).__name__}: {first_line(str(exc), None)}"
 
 
 def run_cases(out: Path) -> int:
@@ -207,13 +198,12 @@ def run_cases(out: Path) -> int:
         from copyfix.upstream import tle_standin
 
         reached = tle_standin.reach(module, device)
-        summary = tle_standin.summary(reached)
-        section["tle_standin"] = {"summary": summary, "copies": reached}
+        section["tle_standin"] = {
+            "summary": tle_standin.summary(reached),
+            "copies": reached,
+        }
     out.write_text(json.dumps(section, indent=1))
     return 0
-
-
-# ------------------------------------------------------------------------ driver
 
 
 def later_files(folder: Path) -> dict:
@@ -226,13 +216,8 @@ def later_files(folder: Path) -> dict:
                 f"and save it there"
             )
         sha = records.sha256(path)
-        recs[name] = {
-            "upstream_path": upstream_path,
-            "source": source,
-            "sha256": sha,
-            "as_cited": sha == cited,
-            "bytes": path.stat().st_size,
-        }
+        recs[name] = dict(upstream_path=upstream_path, source=source, sha256=sha)
+        recs[name].update(as_cited=sha == cited, bytes=path.stat().st_size)
     return recs
 
 
@@ -312,13 +297,11 @@ def run_variant(tree: Path, variant: str, args, work: Path) -> dict:
             f"fallbacks {rec['fallbacks']} {rec.get('error', '')[:70]}",
             flush=True,
         )
-    common = dict(mode=args.mode, shims=None, work=work, log_dir=None)
+    common = dict(mode=args.mode, shims=None, work=work, log_dir=None, pr=variant)
     common["budget"] = Budget(timeout=args.timeout)
     section["test_copy"] = []
     for i, cmd in enumerate(upstream_ci.test_copy_commands(args.test_copy)):
-        rec = upstream_ci.run_test_copy(
-            tree, cmd, pr=variant, n=f"{variant}-{i}", **common
-        )
+        rec = upstream_ci.run_test_copy(tree, cmd, n=f"{variant}-{i}", **common)
         rec.pop("log_tail", None)
         section["test_copy"].append(rec)
     return section

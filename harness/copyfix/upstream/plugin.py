@@ -14,6 +14,7 @@ import functools
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -49,9 +50,8 @@ def _counting(fn):
 
 
 def _spy() -> int:
-    """Rebind the kunlunxin copy/copy_ function objects to counting wrappers wherever
-    flag_gems holds them (``_FULL_CONFIG``, ``FULL_CONFIG_BY_FUNC``, module globals),
-    before use_gems() reads them; how many references were rebound."""
+    """Rebind the kunlunxin copy/copy_ to counting wrappers wherever flag_gems holds
+    them, before use_gems() reads them; how many references were rebound."""
     module = emulation.copy_module()
     targets = {
         id(getattr(module, n)): getattr(module, n)
@@ -75,13 +75,13 @@ def _spy() -> int:
         return item
 
     if hasattr(flag_gems, "_FULL_CONFIG"):
-        new = tuple(swap(i) for i in flag_gems._FULL_CONFIG)
+        new = tuple(map(swap, flag_gems._FULL_CONFIG))
         rebound += sum(a is not b for a, b in zip(new, flag_gems._FULL_CONFIG))
         flag_gems._FULL_CONFIG = new
     for items in getattr(flag_gems, "FULL_CONFIG_BY_FUNC", {}).values():
         for i, item in enumerate(items):
-            if swap(item) is not item:
-                items[i] = swap(item)
+            if (new := swap(item)) is not item:
+                items[i] = new
                 rebound += 1
     return rebound
 
@@ -113,11 +113,9 @@ def pytest_collection_modifyitems(config, items):
         wanted = set(json.loads(Path(path).read_text()))
         keep = [i for i in items if i.nodeid in wanted]
     elif per_test:  # a scan: the first N cases of each test function
-        seen: dict[str, int] = {}
-        keep = []
+        seen, keep = Counter(), []
         for i in items:
-            f = i.nodeid.split("[", 1)[0]
-            seen[f] = seen.get(f, 0) + 1
+            seen[f := i.nodeid.split("[", 1)[0]] += 1
             if seen[f] <= per_test:
                 keep.append(i)
     else:
@@ -154,8 +152,7 @@ def pytest_runtest_logreport(report):
 
 
 def _reason(report) -> str:
-    crash = getattr(report.longrepr, "reprcrash", None)
-    if crash is not None:
+    if (crash := getattr(report.longrepr, "reprcrash", None)) is not None:
         return crash.message
     if isinstance(report.longrepr, tuple):
         return str(report.longrepr[-1])
