@@ -102,14 +102,8 @@ def test_discover_selects_the_cases_that_call_copy(discovered):
     names = sorted(n.split("::", 1)[1] for n in cases)
     # the scan ran test_contiguous[3] only; its other cases were then run in full
     assert discovered["scan"]["cases"] == 5
-    assert names == [
-        "test_contiguous[3]",
-        "test_contiguous[4]",
-        "test_contiguous[5]",
-        "test_needs_cuda",
-        "test_skips",
-        "test_transposed",
-    ]
+    contiguous = [f"test_contiguous[{n}]" for n in (3, 4, 5)]
+    assert names == [*contiguous, "test_needs_cuda", "test_skips", "test_transposed"]
     assert all(c["copy_calls"] >= 1 for c in cases.values())
     # fault off: the base copies the transposed source through aten and passes
     assert cases["tests/test_synthetic.py::test_transposed"]["outcome"] == "passed"
@@ -213,15 +207,8 @@ def test_pre_commit_config_uses_local_hooks_and_upstream_settings():
     assert sorted(flake8) == sorted(lint.FLAKE8_ARGS)
     for hook_id in ("upstream-black", "upstream-isort", "upstream-flake8"):
         pattern = re.compile(hooks[hook_id]["files"])
-        assert sorted(f for f in export.PR_FILES if pattern.search(f)) == sorted(
-            export.PR_FILES
-        )
-    dev = tomllib.loads((export.REPO / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"
-    ]["dev"]
-    pins = {d.split("==")[0]: d for d in dev}
-    for hook in hooks.values():
-        for dep in hook["additional_dependencies"]:
-            assert pins[dep.split("==")[0]] == dep, (
-                "pre-commit pins match the dev extras"
-            )
+        assert all(pattern.search(f) for f in export.PR_FILES)
+    project = tomllib.loads((export.REPO / "pyproject.toml").read_text())["project"]
+    pins = {d.split("==")[0]: d for d in project["optional-dependencies"]["dev"]}
+    deps = [d for hook in hooks.values() for d in hook["additional_dependencies"]]
+    assert all(pins[d.split("==")[0]] == d for d in deps), "pins match the dev extras"

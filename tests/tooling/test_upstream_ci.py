@@ -1,13 +1,6 @@
-"""`make upstream-ci`: upstream's per-PR CI script over a synthetic FlagGems checkout.
-
-The checkout is written here: src/flag_gems is the 5.0.2 base the build kept (the
-overlay's pre-image put back), tests/ holds a small conftest (upstream's ``--ref``/
-``--quick`` options), a ``test_copy.py`` whose transposed copy reaches aten's strided copy
-in the base (the device model's fault) and a PR test file with one pass, one skip and one
-deliberate failure.  tools/test-op.sh is upstream's own when /tmp/fg (a FlagGems main
-checkout) exists, else a script written here with the same contract.  Nothing in the
-checkout is upstream test code.
-"""
+"""`make upstream-ci`: upstream's per-PR CI script over a synthetic FlagGems checkout
+(conftest's ``base_checkout`` plus the files below; tools/test-op.sh is upstream's own
+when /tmp/fg, a FlagGems main checkout, exists, else TEST_OP_EQUIVALENT)."""
 
 import json
 import shutil

@@ -66,7 +66,6 @@ LATER_FILES = {
     ),
 }
 VARIANTS = ("base", "later", "ours", "ours-on-head")
-HEAD_TREES = ("later", "ours-on-head")  # (trees holding upstream's head files)
 # What the later copy.py needs changed around it on main of 2026-08-21 to import at all:
 # main's kunlunxin contiguous.py imports copy_slice from it, which the later file no
 # longer defines (the later trees' own contiguous.py cannot be read here). contiguous
@@ -230,7 +229,7 @@ def make_tree(checkout: Path, work: Path, variant: str, later: Path) -> Path:
     from copyfix import export
 
     tree = upstream_ci.copy_checkout(checkout, work / variant)
-    if variant in HEAD_TREES:
+    if variant in ("later", "ours-on-head"):  # (trees holding upstream's head files)
         _lay(tree, later)
     if variant == "ours-on-head":
         adapt(tree)  # (named: ADAPTATIONS)
@@ -268,9 +267,8 @@ def adapt(tree: Path) -> list[str]:
 
 
 def make_head_tree(tree: Path, later: Path) -> list[str]:
-    """Turn the FlagGems tree ``tree`` (main of 2026-08-21) into the head-like tree
-    in place: the later files (sha256 checked) plus :data:`ADAPTATIONS`; what was
-    adapted. ``python -m copyfix.upstream.later --head-tree DIR``."""
+    """Make ``tree`` (main of 2026-08-21) head-like in place: the later files (sha256
+    checked) plus ADAPTATIONS; what was adapted."""
     files = later_files(later)
     if wrong := [n for n, rec in files.items() if not rec["as_cited"]]:
         raise upstream_ci.InputError(
@@ -337,22 +335,15 @@ def main(argv=None) -> int:
         print(exc, file=sys.stderr)
         return 2
     results = args.results or REPO / "results" / f"upstream_later_{args.mode}.json"
+    op_files = (export.STRIDED_COPY_PY, f"{export.COPY_PY}.head.patch")
     data = {
         "what": "upstream's later tle_copy-era kunlunxin copy.py in place of ours; "
         "tle unavailable, device model on (copyfix.upstream.later)",
         # $COPYFIX_OP_COMMIT first: a copied tree's git HEAD is not what it runs
-        **records.stamp(
-            export.COPY_PY,
-            export.STRIDED_COPY_PY,
-            f"{export.COPY_PY}.head.patch",
-            mode=args.mode,
-        ),
+        **records.stamp(export.COPY_PY, *op_files, mode=args.mode),
         "checkout_copy_py_sha256": records.sha256(checkout / export.COPY_PY),
         "op_sha256": records.sha256(REPO / export.COPY_PY),
-        "op_files_sha256": {
-            rel: records.sha256(REPO / rel)
-            for rel in (export.STRIDED_COPY_PY, f"{export.COPY_PY}.head.patch")
-        },
+        "op_files_sha256": {rel: records.sha256(REPO / rel) for rel in op_files},
         "later_files": files,
         "variants": {},
     }
