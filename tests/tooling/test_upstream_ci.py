@@ -98,11 +98,9 @@ def checkout(base_checkout):
     (root / "tests" / "test_copy.py").write_text(TEST_COPY)
     (root / "benchmark").mkdir()
     (root / "tools").mkdir()
-    script = root / upstream_ci.TEST_OP
-    if (UPSTREAM_MAIN / upstream_ci.TEST_OP).is_file():
-        shutil.copyfile(UPSTREAM_MAIN / upstream_ci.TEST_OP, script)
-    else:
-        script.write_text(TEST_OP_EQUIVALENT)
+    upstream = UPSTREAM_MAIN / upstream_ci.TEST_OP
+    script = upstream.read_text() if upstream.is_file() else TEST_OP_EQUIVALENT
+    (root / upstream_ci.TEST_OP).write_text(script)
     return root
 
 
@@ -115,9 +113,8 @@ def tiny_pr(tmp_path, monkeypatch):
     (repo / PR_TEST_FILE).write_text(PR_TEST)
     (repo / export.COPY_PY).parent.mkdir(parents=True)
     op_files = [export.COPY_PY, export.STRIDED_COPY_PY]
-    for rel in op_files:
+    for rel in (*op_files, "pyproject.toml"):
         shutil.copyfile(export.REPO / rel, repo / rel)
-    shutil.copyfile(export.REPO / "pyproject.toml", repo / "pyproject.toml")
     pr = export.PR("tiny", [*op_files, PR_TEST_FILE], "b", "m")
     monkeypatch.setattr(export, "REPO", repo)
     monkeypatch.setattr(export, "PRS", {"tiny": pr})
@@ -224,11 +221,9 @@ def _bad_input(tmp_path, own_tmp, capsys, checkout, *extra) -> str:
 
 
 def _bad_checkout(tmp_path, case) -> tuple[Path, list[str]]:
-    if case == "missing":
-        return tmp_path / "missing", []
-    if case == "empty":
+    if case in ("missing", "empty"):
         (tmp_path / "empty").mkdir()
-        return tmp_path / "empty", []
+        return tmp_path / case, []
     if case == "no test-op":
         return _fake_checkout(tmp_path / "fg", test_op=False), []
     if case == "later copy.py":
@@ -239,9 +234,7 @@ def _bad_checkout(tmp_path, case) -> tuple[Path, list[str]]:
         # a known pre-image (the where PR's), but no base the emulation knows
         import flag_gems
 
-        kept = (
-            Path(flag_gems.__file__).parent / "_overlay_preimages" / "ops" / "where.py"
-        )
+        kept = Path(flag_gems.__file__).parent / "_overlay_preimages/ops/where.py"
         (root / "src/flag_gems/ops").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(kept, root / "src/flag_gems/ops/where.py")
         return root, ["--pr", "where"]
