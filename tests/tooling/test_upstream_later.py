@@ -16,7 +16,7 @@ pytestmark = pytest.mark.harness
 RESULTS = upstream_later.REPO / "results" / "upstream_later_cpu.json"
 
 
-def test_missing_later_file_is_refused_naming_where_to_read_it(tmp_path):
+def test_later_files_refused_if_missing_else_recorded_with_sha_check(tmp_path):
     (tmp_path / "copy.py").write_text("# a later copy.py\n")
     with pytest.raises(upstream_ci.InputError) as err:
         upstream_later.later_files(tmp_path)
@@ -24,9 +24,7 @@ def test_missing_later_file_is_refused_naming_where_to_read_it(tmp_path):
     assert "tle_copy.py missing" in message
     assert "src/flag_gems/runtime/backend/_kunlunxin/utils/tle_copy.py" in message
     assert "\n" not in message
-
-
-def test_later_file_records_say_whether_it_is_the_cited_one(tmp_path):
+    # with every file present, each record says whether it is the cited one
     for name in upstream_later.LATER_FILES:
         (tmp_path / name).write_text(f"# not upstream's {name}\n")
     recs = upstream_later.later_files(tmp_path)

@@ -45,7 +45,6 @@ def _counting(fn):
             CALLS[_current[0]] = CALLS.get(_current[0], 0) + 1
         return fn(*args, **kwargs)
 
-    spy._copyfix_spied = fn
     return spy
 
 
