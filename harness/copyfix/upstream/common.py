@@ -76,9 +76,8 @@ def pytest_env(src: Path, mode: str, *, fault=True, out=None, **more) -> dict:
     """The environment of a run with ``src``'s flag_gems first on PYTHONPATH, the
     harness next, and the plugin's settings (``more``: other variables to set)."""
     cleared = ("TRITON_INTERPRET", "CHANGED_FILES")  # (the plugin's activation decides)
+    cleared += tuple(f"COPYFIX_UPSTREAM_{n}" for n in ("SELECT", "PER_TEST", "OUT"))
     env = {k: v for k, v in os.environ.items() if k not in cleared}
-    for name in ("SELECT", "PER_TEST", "OUT"):
-        env.pop(f"COPYFIX_UPSTREAM_{name}", None)
     inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env.update(
         PYTHONPATH=os.pathsep.join([str(src), str(REPO / "harness"), *inherited]),
@@ -97,13 +96,9 @@ def call(cmd: list[str], cwd: Path, env: dict, log: Path, timeout=None) -> tuple
     its own process group, which is killed on expiry (rc 124)."""
     started = time.monotonic()
     with open(log, "w") as fh:
+        out = dict(stdout=fh, stderr=subprocess.STDOUT)
         proc = subprocess.Popen(
-            cmd,
-            cwd=cwd,
-            env=env,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=bool(timeout),
+            cmd, cwd=cwd, env=env, start_new_session=bool(timeout), **out
         )
         try:
             rc, timed_out = proc.wait(timeout=timeout or None), False
