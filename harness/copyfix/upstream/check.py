@@ -5,6 +5,7 @@ What runs and how cases are classified: DOC_INTRO."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import shutil
@@ -34,32 +35,30 @@ CLASSES = ("fixed", "regressed", "pass_both", "fail_both", "skipped")
 MISSING = {"outcome": "missing", "reason": "not run", "copy_calls": 0}
 
 
-def compose_pair(checkout: Path, work: Path) -> dict[str, Path]:
+@contextlib.contextmanager
+def workspace(checkout: Path):
+    """(work, {"base", "overlay": composed flag_gems}, run dir with the tests' copy)"""
     from unittest import mock
 
     from copyfix.compose import compose
 
-    out = {}
-    with mock.patch.dict("os.environ", FLAGGEMS_BASE=str(checkout)):
-        for name in ("base", "overlay"):
-            project = work / f"project-{name}"
-            (project / "src").mkdir(parents=True)
-            shutil.copy(REPO / "pyproject.toml", project / "pyproject.toml")
-            if name == "overlay":
-                (project / "src" / "flag_gems").symlink_to(REPO / "src" / "flag_gems")
-            else:
-                (project / "src" / "flag_gems").mkdir()
-            out[name] = compose(project, editable=False)
-    return out
-
-
-def copy_tests(checkout: Path, work: Path) -> Path:
-    run = work / "run"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    shutil.copytree(checkout / "tests", run / "tests", ignore=ignore)
-    if (checkout / "pytest.ini").is_file():
-        shutil.copy(checkout / "pytest.ini", run / "pytest.ini")
-    return run
+    with tempfile.TemporaryDirectory(prefix="copyfix-upstream-") as tmp:
+        work, composed, run = Path(tmp), {}, Path(tmp) / "run"
+        with mock.patch.dict("os.environ", FLAGGEMS_BASE=str(checkout)):
+            for name in ("base", "overlay"):
+                src = work / f"project-{name}" / "src"
+                src.mkdir(parents=True)
+                shutil.copy(REPO / "pyproject.toml", src.parent / "pyproject.toml")
+                if name == "overlay":
+                    (src / "flag_gems").symlink_to(REPO / "src" / "flag_gems")
+                else:
+                    (src / "flag_gems").mkdir()
+                composed[name] = compose(src.parent, editable=False)
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+        shutil.copytree(checkout / "tests", run / "tests", ignore=ignore)
+        if (checkout / "pytest.ini").is_file():
+            shutil.copy(checkout / "pytest.ini", run / "pytest.ini")
+        yield work, composed, run
 
 
 def run_pytest(composed, run_dir, targets, name, work, *, jobs, quick, **env) -> dict:
@@ -169,10 +168,8 @@ def cmd_discover(args) -> int:
         )
     )
     functions, scan = targets, None
-    with tempfile.TemporaryDirectory(prefix="copyfix-upstream-") as tmp:
-        work = Path(tmp)
-        composed = compose_pair(checkout, work)["base"]
-        run_dir = copy_tests(checkout, work)
+    with workspace(checkout) as (work, composed, run_dir):
+        composed = composed["base"]
         common = dict(mode=args.mode, fault=False, jobs=args.jobs, quick=args.quick)
         if args.scan:  # the first --scan cases of each test function; those reaching
             # copy/copy_ pick the functions run in full below
@@ -263,10 +260,7 @@ def cmd_check(args) -> int:
     quick = selection["quick"] if args.quick is None else args.quick
     started = time.monotonic()
     runs = {}
-    with tempfile.TemporaryDirectory(prefix="copyfix-upstream-") as tmp:
-        work = Path(tmp)
-        composed = compose_pair(checkout, work)
-        run_dir = copy_tests(checkout, work)
+    with workspace(checkout) as (work, composed, run_dir):
         select = work / "select.json"
         select.write_text(json.dumps(nodeids))
         files = _files_of(nodeids)
@@ -293,8 +287,7 @@ def cmd_check(args) -> int:
         o = _brief(runs["overlay"]["records"].get(n))
         # classified from what is stored, so `reclassify` gives the same answer later
         rec = {"nodeid": n, **classify(b, o), "base": b, "overlay": o}
-        if n in selection["cases"]:
-            rec["base_fault_off"] = selection["cases"][n]["outcome"]
+        rec["base_fault_off"] = selection["cases"][n]["outcome"]
         cases.append(rec)
     section = {
         "summary": summarise(cases),

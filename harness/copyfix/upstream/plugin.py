@@ -167,10 +167,8 @@ def _record(report) -> None:
             rec["copy_calls"] = max(rec["copy_calls"], int(value))
     if report.outcome == "passed" or rec["outcome"] != "passed":
         return  # keep the first non-pass (setup error beats the call, call beats teardown)
-    if report.skipped:
-        rec["outcome"] = "skipped"
-    else:
-        rec["outcome"] = "failed" if report.when == "call" else "error"
+    failed = "failed" if report.when == "call" else "error"
+    rec["outcome"] = "skipped" if report.skipped else failed
     rec["reason"] = _reason(report)[:2000]
     if report.failed:
         rec["longrepr_tail"] = str(report.longrepr)[-1500:]
@@ -179,13 +177,11 @@ def _record(report) -> None:
 def pytest_sessionfinish(session, exitstatus):
     out = os.environ.get("COPYFIX_UPSTREAM_OUT")
     if out and not hasattr(session.config, "workerinput"):
-        import importlib
-
         import flag_gems
 
         try:  # written by copyfix.compose: which base files the overlay replaced
-            info = importlib.import_module("flag_gems._overlay_info")
-        except ModuleNotFoundError:
+            from flag_gems import _overlay_info as info
+        except ImportError:
             info = None
         meta = {
             "versions": emulation.versions(),
