@@ -88,19 +88,17 @@ def pytest_runtest_call(item):
         return
     # a benchmark computes no reference: the whole model even on the CPU key
     benchmark = Path(item.path).resolve().parent.name == "benchmark"
-    cpu_whole = benchmark and emulation.MODE == "cpu"
-    with emulation.xpu_device_model("cpu" if cpu_whole else None):
+    with emulation.xpu_device_model(
+        "cpu" if benchmark and emulation.MODE == "cpu" else None
+    ):
         yield
 
 
 @pytest.hookimpl(tryfirst=True)  # (before the session and the terminal count it)
 def pytest_runtest_logreport(report):
     if report.skipped:
-        reason = (
-            report.longrepr[-1]
-            if isinstance(report.longrepr, tuple)
-            else report.longrepr
-        )
+        reason = report.longrepr
+        reason = reason[-1] if isinstance(reason, tuple) else reason
         report.outcome = "failed"
         report.longrepr = (
             f"skipped test counted as a failure in this repository: {reason}"

@@ -7,14 +7,9 @@ from unittest import mock
 
 import torch
 
-OP_KERNELS = (  # the op's pointwise_dynamic kernels (since 0b98bf2)
-    "_copy_kernel",
-    "copy_slice",
-    "_to_bool_kernel",
-    "_to_bf16_kernel",
-    "_float_to_uint8_kernel",
-    "_negate_kernel",
-    "_through_fp32_kernel",
+OP_KERNELS = tuple(  # the op's pointwise_dynamic kernels (since 0b98bf2)
+    "_copy_kernel copy_slice _to_bool_kernel _to_bf16_kernel _float_to_uint8_kernel "
+    "_negate_kernel _through_fp32_kernel".split()
 )
 # ... and one only the generic op (src/flag_gems/ops/copy.py) has
 KERNELS = OP_KERNELS + ("_int_to_bf16_kernel",)
@@ -39,13 +34,9 @@ class Paths:
     fallbacks: int = 0
 
     def describe(self) -> str:
-        parts = (
-            [f"Triton kernel x{len(self.ranks)} (rank {self.ranks})"]
-            if self.ranks
-            else []
-        )
-        if self.fallbacks:
-            parts.append(f"aten fallback x{self.fallbacks}")
+        kernel = f"Triton kernel x{len(self.ranks)} (rank {self.ranks})"
+        fallback = f"aten fallback x{self.fallbacks}"
+        parts = [kernel] * bool(self.ranks) + [fallback] * bool(self.fallbacks)
         return ", ".join(parts) or "no kernel, no fallback"
 
 
@@ -57,20 +48,15 @@ def track(module):
     redispatch = op.redispatch
 
     def counting(instantiate):
-        def wrapper(rank):
-            paths.ranks.append(rank)
-            return instantiate(rank)
-
-        return wrapper
+        return lambda rank: (paths.ranks.append(rank), instantiate(rank))[1]
 
     def counting_redispatch(*args, **kwargs):
         paths.fallbacks += 1
         return redispatch(*args, **kwargs)
 
     home = kernel_home(module)
-    kernels = [getattr(home, n) for n in KERNELS if hasattr(home, n)]
     with contextlib.ExitStack() as stack:
-        for kernel in kernels:
+        for kernel in (getattr(home, n) for n in KERNELS if hasattr(home, n)):
             stack.enter_context(
                 mock.patch.object(kernel, "instantiate", counting(kernel.instantiate))
             )

@@ -33,16 +33,12 @@ def grid(*shape, dtype=torch.float32):
 
 
 # rule 1: a flat loop runs, anything else faults
-
-
+same = lambda make: (make(), make())
 FLAT = {
-    "contiguous": lambda: (grid(4, 6), grid(4, 6)),
+    "contiguous": lambda: same(lambda: grid(4, 6)),
     "conversion": lambda: (grid(4, 6, dtype=torch.float16), grid(4, 6)),
-    "both_transposed": lambda: (grid(6, 4).t(), grid(6, 4).t()),  # dense, equal strides
-    "both_permuted": lambda: (
-        grid(2, 3, 4).permute(2, 0, 1),
-        grid(2, 3, 4).permute(2, 0, 1),
-    ),
+    "both_transposed": lambda: same(lambda: grid(6, 4).t()),  # dense, equal strides
+    "both_permuted": lambda: same(lambda: grid(2, 3, 4).permute(2, 0, 1)),
     "negated": lambda: (grid(4, 6), torch._neg_view(grid(4, 6))),
 }
 FAULTING = {
@@ -75,8 +71,6 @@ def test_other_copies_fault_and_write_nothing(make):
 
 
 # rule 1, whoever calls it
-
-
 @pytest.mark.parametrize(
     "call",
     [
@@ -109,8 +103,6 @@ def test_a_dense_to_keeps_strides_and_runs():
 
 
 # rule 2: aten's own errors and early returns come first
-
-
 def aten_error(fn):
     try:
         fn()
@@ -152,17 +144,11 @@ def test_early_returns_do_not_fault(make):
 
 
 # rule 4: FlagGems takes the copy while it is registered, whichever order
-
-
-@pytest.mark.parametrize("refuse", [False, True], ids=["torch_default", "refusing"])
-def test_flag_gems_registered_later_takes_the_copy_and_the_model_comes_back(
-    monkeypatch, refuse
-):
-    # torch 2.11 (the GPU box) refuses a second Python kernel for one operator and key
-    # (FlagGems then goes on without its copy_); torch 2.13 allows it by default.  The
-    # model must let FlagGems register over it, and a model opened inside use_gems
-    # (the latest registration) shadows FlagGems, either way.
-    if refuse:
+@pytest.fixture(params=[False, True], ids=["torch_default", "refusing"])
+def either_override_policy(request, monkeypatch):
+    """torch 2.11 (the GPU box) refuses a second Python kernel for one operator and
+    key; torch 2.13 allows it by default: each test runs under both."""
+    if request.param:
         stock = torch.library.Library.impl
 
         def refusing(self, op_name, fn, dispatch_key="", *, with_keyset=False, **_):
@@ -170,6 +156,12 @@ def test_flag_gems_registered_later_takes_the_copy_and_the_model_comes_back(
                          allow_override=False)  # fmt: skip
 
         monkeypatch.setattr(torch.library.Library, "impl", refusing)
+
+
+@pytest.mark.usefixtures("either_override_policy")
+def test_flag_gems_registered_later_takes_the_copy_and_the_model_comes_back():
+    # the model must let FlagGems register over it, and a model opened inside use_gems
+    # (the latest registration) shadows FlagGems, either way
     src = grid(6, 4)
     with model():
         with flag_gems.use_gems(include=["copy_"]):
@@ -180,19 +172,11 @@ def test_flag_gems_registered_later_takes_the_copy_and_the_model_comes_back(
     assert torch.equal(out, src.t())
 
 
-@pytest.mark.parametrize("refuse", [False, True], ids=["torch_default", "refusing"])
-def test_a_kernel_for_a_block_goes_over_use_gems_own(monkeypatch, refuse):
+@pytest.mark.usefixtures("either_override_policy")
+def test_a_kernel_for_a_block_goes_over_use_gems_own():
     # emulation.aten_copy_kernel (the decode's copy_ recorder) inside use_gems: on
     # torch 2.11 a plain Library.impl would refuse it (FlagGems' copy_ is a Python
     # kernel on the same key); it must take the copy, and give it back after
-    if refuse:
-        stock = torch.library.Library.impl
-
-        def refusing(self, op_name, fn, dispatch_key="", *, with_keyset=False, **_):
-            return stock(self, op_name, fn, dispatch_key, with_keyset=with_keyset,
-                         allow_override=False)  # fmt: skip
-
-        monkeypatch.setattr(torch.library.Library, "impl", refusing)
     seen = []
     src = grid(6, 4)
     with flag_gems.use_gems(include=["copy_"]):
@@ -223,8 +207,6 @@ def test_flag_gems_fallback_is_faulted_below_the_device_key():
 
 
 # the defect the narrow fault missed: a benchmark baseline that is aten's strided copy
-
-
 def test_the_model_catches_a_strided_benchmark_baseline():
     bench = importlib.import_module("benchmark.test_copy_strided")
     inputs = list(bench._layouts(16, torch.float32, torch.float32, DEV))

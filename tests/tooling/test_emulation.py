@@ -29,34 +29,23 @@ REPO = Path(__file__).resolve().parents[2]
 
 COPY_OP = torch.ops.aten.copy_.default
 DEV = emulation.device()
-COPY_KERNELS = tracking.OP_KERNELS
 
 
 @pytest.fixture
 def spies():
-    """Count torch fallbacks (redispatch) and Triton launches (instantiate) of copy_module()."""
+    """copy_module() and its tracking.Paths: torch fallbacks and Triton launches."""
     module = emulation.copy_module()
-    launch = mock.Mock()  # one count over every scalar kernel copy_ picks from
-    with contextlib.ExitStack() as stack:
-        fallback = stack.enter_context(
-            mock.patch.object(COPY_OP, "redispatch", wraps=COPY_OP.redispatch)
-        )
-        for name in COPY_KERNELS:
-            kernel = getattr(tracking.kernel_home(module), name)
-            counted = lambda rank, f=kernel.instantiate: (launch(rank), f(rank))[1]
-            stack.enter_context(mock.patch.object(kernel, "instantiate", counted))
-        yield types.SimpleNamespace(module=module, fallback=fallback, launch=launch)
+    with tracking.track(module) as paths:
+        yield types.SimpleNamespace(module=module, paths=paths)
 
 
 def kernel_copy(spies, src, dtype):
     """dst.copy_(src) done by the kunlunxin Triton kernel (asserted), never by torch."""
     dst = torch.empty(src.shape, dtype=dtype, device=DEV)
-    launches = spies.launch.call_count
+    launches = len(spies.paths.ranks)
     spies.module.copy_(dst, src)
-    assert spies.fallback.call_count == 0, (
-        "copy went to torch's fallback, not the Triton kernel"
-    )
-    assert spies.launch.call_count == launches + 1
+    assert spies.paths.fallbacks == 0, "went to torch's fallback, not the kernel"
+    assert len(spies.paths.ranks) == launches + 1
     return dst
 
 
@@ -304,7 +293,7 @@ def test_cpu_dispatch_routes_tensor_copy_to_kunlunxin_and_unregisters(spies):
     with mock.patch.object(module, "copy_", wraps=module.copy_) as spy:
         with emulation.cpu_dispatch():
             dst.copy_(src)
-            assert spies.launch.call_count == 1 and spies.fallback.call_count == 0
+            assert len(spies.paths.ranks) == 1 and spies.paths.fallbacks == 0
             if MODE == "cpu":  # (the interpreter's own write-back is not routed)
                 assert spy.call_count == 1
                 assert spy.call_args.args[0] is dst and spy.call_args.args[1] is src
@@ -314,7 +303,7 @@ def test_cpu_dispatch_routes_tensor_copy_to_kunlunxin_and_unregisters(spies):
                 assert spy.call_count == 1
         assert torch.equal(dst, src)
         dst.copy_(zeros)
-        assert spies.launch.call_count == 1 and spy.call_count == (
+        assert len(spies.paths.ranks) == 1 and spy.call_count == (
             1 if MODE == "cpu" else 0
         )
     assert torch.equal(dst, zeros)
@@ -326,8 +315,15 @@ def test_kunlunxin_fallback_inside_cpu_dispatch_does_not_recurse(spies):
     dst = torch.empty(4, 6, device=DEV)
     with emulation.cpu_dispatch():
         dst.copy_(a)  # the fallback must not come back here
-    assert spies.fallback.call_count == 1 and spies.launch.call_count == 0
+    assert spies.paths.fallbacks == 1 and len(spies.paths.ranks) == 0
     assert torch.equal(dst, a.real)
+
+
+def record_base_file(monkeypatch, path):
+    """An overlay whose _overlay_info records ``path`` as the base copy.py."""
+    info = types.ModuleType("flag_gems._overlay_info")
+    info.BASE_COPY_PATH = str(path)
+    monkeypatch.setitem(sys.modules, "flag_gems._overlay_info", info)
 
 
 def test_base_copy_module_loads_the_recorded_base_file_separately(
@@ -342,9 +338,7 @@ def test_base_copy_module_loads_the_recorded_base_file_separately(
     )
     # a pristine pre-image, moved elsewhere: the one the build kept, else the installed base
     shutil.copyfile(kept if kept.is_file() else current.__file__, base_file)
-    info = types.ModuleType("flag_gems._overlay_info")
-    info.BASE_COPY_PATH = str(base_file)
-    monkeypatch.setitem(sys.modules, "flag_gems._overlay_info", info)
+    record_base_file(monkeypatch, base_file)
     monkeypatch.setattr(emulation.kunlunxin, "_base_copy_module", None)
     base = emulation.base_copy_module()
     assert base is not current and base.__file__ == str(base_file)
@@ -375,9 +369,7 @@ def test_base_copy_module_refuses_a_file_that_is_not_a_known_base(
     else:
         base_file = tmp_path / "copy.py"
         base_file.write_text(open(current.__file__).read() + "\n# edited\n")
-        info = types.ModuleType("flag_gems._overlay_info")
-        info.BASE_COPY_PATH = str(base_file)
-        monkeypatch.setitem(sys.modules, "flag_gems._overlay_info", info)
+        record_base_file(monkeypatch, base_file)
     with pytest.raises(RuntimeError, match="not a known pristine base"):
         emulation.base_copy_module()
 
@@ -579,15 +571,6 @@ def test_the_interpreter_benchmark_runs_each_config_once():
     assert times == [0.0, 0.0] and calls == [1]
     assert interpreter_benchmark(lambda: calls.append(1), warmup=25, rep=100) == 0.0
     assert calls == [1, 1]
-
-
-def test_strided_buffer_launch_through_the_pointwise_call_path():
-    """pointwise_dynamic.__call__ passes StridedBuffer (not Tensor) arguments."""
-    kernel = tracking.kernel_home(emulation.copy_module())._copy_kernel
-    src = torch.randn(6, 5, device=DEV)
-    dst = torch.empty(5, 6, dtype=torch.bfloat16, device=DEV)
-    kernel(src.t(), out0=dst)
-    assert_same_bits(dst, src.t().to(torch.bfloat16))
 
 
 CHILD_CUDA = """

@@ -210,7 +210,8 @@ def activate(mode: str | None = None, *, detect: bool = True) -> str | None:
     base = _check_versions(mode)
     if mode != "native" and "flag_gems" in sys.modules:
         raise RuntimeError(
-            "copyfix.emulation.activate() must run before `import flag_gems` (its kernels are defined at import time)"
+            "copyfix.emulation.activate() must run before `import flag_gems` "
+            "(its kernels are defined at import time)"
         )
     if mode == "cpu":
         vendor = cpu_vendor()

@@ -100,8 +100,7 @@ def fault_applies(dst, src, device_type: str) -> bool:
     """Whether aten::copy_(dst, src) needs the kernel the device lacks."""
     return (
         aten_reaches_kernel(dst, src)
-        and dst.device.type == device_type
-        and src.device.type == device_type
+        and dst.device.type == src.device.type == device_type
         and not is_flat_loop(dst, src)
     )
 
@@ -185,9 +184,8 @@ def _faulty_redispatch(device_type: str, record: list | None = None) -> Iterator
     op = torch.ops.aten.copy_.default
     # torch 2.13 / 2.11 OpOverload.redispatch calls `self._handle.redispatch_boxed`,
     # _handle a cached_property in the instance __dict__: shadowed for the scope
-    previous = op.__dict__.get("_handle", None)
-    stock = op._handle
-    op.__dict__["_handle"] = _FaultyHandle(stock, device_type, record)
+    previous = op.__dict__.get("_handle")
+    op.__dict__["_handle"] = _FaultyHandle(op._handle, device_type, record)
     try:
         yield
     finally:
@@ -232,10 +230,8 @@ def xpu_device_model(
         return stock.redispatch_boxed(composite, dst, src, non_blocking)
 
     lib = torch.library.Library("aten", "IMPL")
-    try:
-        state.register_kernel(
-            lib, "copy_", copy_, device_type.upper()
-        )  # (rule 4: a later one still takes over)
+    try:  # (rule 4: a later registration still takes over)
+        state.register_kernel(lib, "copy_", copy_, device_type.upper())
         with _faulty_redispatch(device_type, record):
             yield
     finally:

@@ -155,11 +155,10 @@ def setup_cpu_environment(vendor: str = "kunlunxin") -> None:
     if "FLAGGEMS_CACHE_DIR" not in os.environ:
         os.environ["FLAGGEMS_CACHE_DIR"] = tempfile.mkdtemp(prefix="copyfix-flaggems-")
     if "FLAGGEMS_DB_URL" not in os.environ:
-        db_dir = Path(os.environ["FLAGGEMS_CACHE_DIR"])
-        db_dir.mkdir(parents=True, exist_ok=True)
-        os.environ["FLAGGEMS_DB_URL"] = (
-            f"sqlite:///{db_dir / 'copyfix_emulation_tuned_configs.db'}"
-        )
+        db = Path(os.environ["FLAGGEMS_CACHE_DIR"])
+        db.mkdir(parents=True, exist_ok=True)
+        db /= "copyfix_emulation_tuned_configs.db"
+        os.environ["FLAGGEMS_DB_URL"] = f"sqlite:///{db}"
 
 
 def patch_triton_interpreter(vendor: str = "kunlunxin") -> None:
@@ -230,12 +229,9 @@ def _jit_function_on_the_interpreter(interpreter, stock, strips_xpu_options) -> 
         def __call__(self, *args, **kwargs):  # device-function call inside a kernel
             # the compiler makes a device function's dtype arguments constexprs
             # (flag_gems utils/limits.py reads `dtype.value`); the interpreter does not
-            args = [tl.constexpr(a) if isinstance(a, tl.dtype) else a for a in args]
-            kwargs = {
-                k: tl.constexpr(a) if isinstance(a, tl.dtype) else a
-                for k, a in kwargs.items()
-            }
-            return self.interpreted(*args, **kwargs)
+            c = lambda a: tl.constexpr(a) if isinstance(a, tl.dtype) else a
+            kwargs = {k: c(a) for k, a in kwargs.items()}
+            return self.interpreted(*map(c, args), **kwargs)
 
         def rewrite(self):  # (3.2+: the interpreter rewrites the function's AST)
             return self.interpreted.rewrite()
@@ -310,12 +306,15 @@ def _casts_as_compiled_triton(interpreter) -> None:
     fold_key, fp16_key = "copyfix_int_to_fp32_origin", "copyfix_fp16_origin"
     constant_key = "copyfix_constant"
 
+    def marked_cast(self, src, dst_type, key, value):
+        result = stock_cast_impl(self, src, dst_type)
+        result.attr[key] = value
+        return result
+
     def cast_impl(self, src, dst_type):
         src_ty, dst_ty = src.dtype.scalar, dst_type.scalar
         if src.attr.get(constant_key):
-            result = stock_cast_impl(self, src, dst_type)
-            result.attr[constant_key] = True
-            return result
+            return marked_cast(self, src, dst_type, constant_key, True)
         origin = src.attr.get(fold_key) if src_ty == tl.float32 else None
         if origin is not None and dst_ty in (tl.float16, tl.bfloat16):
             return cast_impl(self, origin, dst_type)
@@ -323,13 +322,9 @@ def _casts_as_compiled_triton(interpreter) -> None:
             toolchain.check(tl.float16, dst_ty)
         toolchain.check(src_ty, dst_ty)
         if (src_ty.is_int() or src_ty.is_bool()) and dst_ty == tl.float32:
-            result = stock_cast_impl(self, src, dst_type)
-            result.attr[fold_key] = src
-            return result
+            return marked_cast(self, src, dst_type, fold_key, src)
         if src_ty == tl.float16 and dst_ty == tl.float32:
-            result = stock_cast_impl(self, src, dst_type)
-            result.attr[fp16_key] = True
-            return result
+            return marked_cast(self, src, dst_type, fp16_key, True)
         if src_ty == tl.bfloat16 and dst_ty != tl.bfloat16:
             value = bf16_bits_to_float32(src.data)
             if dst_ty != tl.float32:  # (triton's semantic goes through fp32)
@@ -450,10 +445,8 @@ def _strided_buffers_pass_through(interpreter) -> None:
     def _passes_through(arg):
         if isinstance(arg, torch.Tensor) or not hasattr(arg, "data_ptr"):
             return False
-        storage = getattr(arg, "untyped_storage", None)
-        return storage is not None and getattr(
-            storage(), "device", None
-        ) == torch.device("cpu")
+        storage = getattr(arg, "untyped_storage", lambda: None)()
+        return getattr(storage, "device", None) == torch.device("cpu")
 
     # a lazily negated tensor would be cloned through copy_ (the op under test):
     # a plain alias of its memory, which is what compiled Triton reads
@@ -583,11 +576,8 @@ def no_device_index(device):
     anything else unchanged."""
     import torch
 
-    if device is None:
-        return -1
-    if isinstance(device, (str, torch.device)) and torch.device(device).type == "cpu":
-        return -1
-    return device
+    cpu = isinstance(device, (str, torch.device)) and torch.device(device).type == "cpu"
+    return -1 if device is None or cpu else device
 
 
 def patch_torch_cpu() -> None:
@@ -653,14 +643,8 @@ def _emulated_device_filter(predicate, items):
 
     items = list(items)
     kept = list(builtins.filter(predicate, items))
-    cpu = torch.device("cpu")
-    if (
-        not kept
-        and items
-        and all(isinstance(d, torch.device) and d == cpu for d in items)
-    ):
-        return iter(items)
-    return iter(kept)
+    cpu = lambda d: isinstance(d, torch.device) and d == torch.device("cpu")
+    return iter(items if not kept and items and all(map(cpu, items)) else kept)
 
 
 # The _to_copy modules whose host check the emulation adapts (this overlay's files).

@@ -101,11 +101,8 @@ def _base_copy_path() -> str | None:
     if KUNLUNXIN_COPY_RELPATH in getattr(info, "REPLACED", ()):
         import flag_gems
 
-        preimage = (
-            Path(flag_gems.__file__).parent
-            / "_overlay_preimages"
-            / KUNLUNXIN_COPY_RELPATH
-        )
+        preimage = Path(flag_gems.__file__).parent / "_overlay_preimages"
+        preimage /= KUNLUNXIN_COPY_RELPATH
         if not preimage.is_file():
             raise RuntimeError(
                 f"overlay replaced {KUNLUNXIN_COPY_RELPATH} but its pre-image {preimage} is missing"

@@ -4,6 +4,7 @@ the XPU-only launch options."""
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import types
@@ -131,23 +132,18 @@ def generated_config(name: str, args: dict):
     return triton.Config(dict(zip(keys, tiles)))
 
 
-_GENERATED_AUTOTUNER = {}
-
-
+@functools.cache
 def _generated_configs_autotuner(stock):
     """A subclass of ``stock`` (Triton's Autotuner, so FlagGems' LibEntry still
     recognises it) whose every run takes its one config from generated_config."""
-    cls = _GENERATED_AUTOTUNER.get(stock)
-    if cls is None:
 
-        class GeneratedConfigsAutotuner(stock):
-            def run(self, *args, **kwargs):
-                given = {**dict(zip(self.arg_names, args)), **kwargs}
-                self.configs = [generated_config(self.generate_configs, given)]
-                return super().run(*args, **kwargs)
+    class GeneratedConfigsAutotuner(stock):
+        def run(self, *args, **kwargs):
+            given = {**dict(zip(self.arg_names, args)), **kwargs}
+            self.configs = [generated_config(self.generate_configs, given)]
+            return super().run(*args, **kwargs)
 
-        cls = _GENERATED_AUTOTUNER[stock] = GeneratedConfigsAutotuner
-    return cls
+    return GeneratedConfigsAutotuner
 
 
 def patch_triton_jit_run() -> None:
