@@ -15,6 +15,7 @@ pytestmark = pytest.mark.harness
 MODE = emulation.require("cpu", "cuda")
 DEVICE_TYPE = "cpu" if MODE == "cpu" else "cuda"
 DEV = emulation.device()
+COMPOSITE = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
 
 
 def model():
@@ -79,10 +80,7 @@ def test_other_copies_fault_and_write_nothing(make):
         lambda x: x[:, ::2].to(torch.float16),
         lambda x: torch.ops.aten.copy_(torch.empty(6, 4, device=DEV), x.t()),
         lambda x: torch.ops.aten.copy_.default.redispatch(
-            torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd),
-            torch.empty(6, 4, device=DEV),
-            x.t(),
-            False,
+            COMPOSITE, torch.empty(6, 4, device=DEV), x.t(), False
         ),
     ],
     ids=["clone", "contiguous", "to", "aten_copy_", "fallback_redispatch"],

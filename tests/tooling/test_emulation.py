@@ -21,6 +21,7 @@ MODE = emulation.activate()  # before flag_gems is imported
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 import flag_gems  # noqa: E402
 
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.harness
 REPO = Path(__file__).resolve().parents[2]
 
 COPY_OP = torch.ops.aten.copy_.default
+COMPOSITE = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
 DEV = emulation.device()
 
 
@@ -268,14 +270,9 @@ def test_xpu_fallback_failure_spares_contiguous_fallbacks_and_composes_with_mock
             with pytest.raises(torch.AcceleratorError):
                 module.copy_(out[::2], z[::2])
             with pytest.raises(torch.AcceleratorError):
-                COPY_OP.redispatch(
-                    torch._C.DispatchKeySet(
-                        torch._C.DispatchKey.CompositeExplicitAutograd
-                    ),
-                    torch.empty(3, 4, device=DEV).t(),
-                    torch.ones(4, 3, device=DEV),
-                    False,
-                )
+                strided = torch.empty(3, 4, device=DEV).t()
+                ones = torch.ones(4, 3, device=DEV)
+                COPY_OP.redispatch(COMPOSITE, strided, ones, False)
         assert fallback.call_count == 3
     assert not isinstance(
         COPY_OP.__dict__.get("_handle"), emulation.faults._FaultyHandle
@@ -513,12 +510,7 @@ def test_generate_configs_stand_in_gives_each_shape_its_tiles():
             ),
         ),
         ("mean_dim", lambda x, w, c: x.mean(-1, keepdim=True)),
-        (
-            "embedding",
-            lambda x, w, c: torch.nn.functional.embedding(
-                torch.tensor([[1, 3]], device=x.device), x
-            ),
-        ),
+        ("embedding", lambda x, w, c: F.embedding(torch.tensor([[1, 3]]).to(DEV), x)),
     ],
 )
 def test_kunlunxin_ops_the_decode_reaches_match_torch(op, fn):

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from typing import Iterator
+from unittest import mock
 
 from . import state
 
@@ -184,15 +185,9 @@ def _faulty_redispatch(device_type: str, record: list | None = None) -> Iterator
     op = torch.ops.aten.copy_.default
     # torch 2.13 / 2.11 OpOverload.redispatch calls `self._handle.redispatch_boxed`,
     # _handle a cached_property in the instance __dict__: shadowed for the scope
-    previous = op.__dict__.get("_handle")
-    op.__dict__["_handle"] = _FaultyHandle(op._handle, device_type, record)
-    try:
+    handle = _FaultyHandle(op._handle, device_type, record)
+    with mock.patch.dict(op.__dict__, {"_handle": handle}):
         yield
-    finally:
-        if previous is None:
-            op.__dict__.pop("_handle", None)
-        else:
-            op.__dict__["_handle"] = previous
 
 
 @contextlib.contextmanager

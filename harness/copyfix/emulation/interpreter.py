@@ -215,9 +215,7 @@ def _jit_function_on_the_interpreter(interpreter, stock, strips_xpu_options) -> 
 
         def _constexprs(self, args, kwargs):
             baked = {}
-            for p in self.params:
-                if not p.is_constexpr:
-                    continue
+            for p in (p for p in self.params if p.is_constexpr):
                 if p.num < len(args):
                     baked[p.name] = args[p.num]
                 elif p.name in kwargs:
