@@ -179,24 +179,18 @@ class _FaultyHandle:
 
 
 @contextlib.contextmanager
-def _faulty_redispatch(device_type: str, record: list | None = None) -> Iterator[None]:
-    import torch
-
-    op = torch.ops.aten.copy_.default
-    # torch 2.13 / 2.11 OpOverload.redispatch calls `self._handle.redispatch_boxed`,
-    # _handle a cached_property in the instance __dict__: shadowed for the scope
-    handle = _FaultyHandle(op._handle, device_type, record)
-    with mock.patch.dict(op.__dict__, {"_handle": handle}):
-        yield
-
-
-@contextlib.contextmanager
 def xpu_fallback_failure(
     device_type: str | None = None, record: list | None = None
 ) -> Iterator[None]:
     """The narrow fault: only ``aten::copy_`` reached by ``redispatch`` (FlagGems'
     fallback) meets the model (the cpu emulation's suites)."""
-    with _faulty_redispatch(device_type or _device_type(), record):
+    import torch
+
+    op = torch.ops.aten.copy_.default
+    # torch 2.13 / 2.11 OpOverload.redispatch calls `self._handle.redispatch_boxed`,
+    # _handle a cached_property in the instance __dict__: shadowed for the scope
+    handle = _FaultyHandle(op._handle, device_type or _device_type(), record)
+    with mock.patch.dict(op.__dict__, {"_handle": handle}):
         yield
 
 
@@ -227,7 +221,7 @@ def xpu_device_model(
     lib = torch.library.Library("aten", "IMPL")
     try:  # (rule 4: a later registration still takes over)
         state.register_kernel(lib, "copy_", copy_, device_type.upper())
-        with _faulty_redispatch(device_type, record):
+        with xpu_fallback_failure(device_type, record):
             yield
     finally:
         lib._destroy()
