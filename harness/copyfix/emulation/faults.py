@@ -14,7 +14,7 @@ each in tests/tooling/test_device_model.py):
 4. ``flag_gems.use_gems()`` registers over the model on the device key and takes the
    copy while registered; FlagGems' fallback (``redispatch``) meets the model too.
 
-Given ``record=``, the copies that would fault are listed (:func:`fault_entry`) and
+Given ``record=``, the copies that would fault are listed (:func:`call_entry`) and
 run.  In the cpu emulation the host holding the references is the emulated device, so
 the default there is the narrow fault, :func:`xpu_fallback_failure` (the redispatch
 only); ``xpu_device_model("cpu")`` installs the whole model for a scope.
@@ -117,12 +117,6 @@ def _frame_label(frame) -> str:
     return f"{short}:{frame.f_lineno} {code.co_name}"
 
 
-def fault_entry(dst, src, via: str) -> dict:
-    """One faulting copy: ``via`` ("dispatch" to the device key, or FlagGems'
-    "redispatch") and :func:`call_entry`."""
-    return {"via": via, **call_entry(dst, src, sys._getframe(1))}
-
-
 def call_entry(dst, src, frame) -> dict:
     """One copy seen from ``frame``: ``op`` (the outermost FlagGems frame, or None),
     ``call_site`` (the innermost frame outside torch, FlagGems and the emulation) and
@@ -149,10 +143,12 @@ def _layout(t) -> dict:
 
 
 def _fault(dst, src, via: str, record: list | None) -> None:
-    """Raise the device's error, or (``record`` given) append :func:`fault_entry`."""
+    """Raise the device's error, or (``record`` given) append the faulting copy:
+    ``via`` ("dispatch" to the device key, or FlagGems' "redispatch") and
+    :func:`call_entry`."""
     if record is None:
         raise invalid_device_function()
-    record.append(fault_entry(dst, src, via))
+    record.append({"via": via, **call_entry(dst, src, sys._getframe(0))})
 
 
 def _device_type() -> str:
