@@ -86,9 +86,7 @@ def flag_gems_base(package: Path | None = None) -> str | None:
         kept = package / "_overlay_preimages" / rel
         path = kept if kept.is_file() else package / rel
         found = {_short_sha256(path)}
-        patch = (
-            Path(__file__).resolve().parents[3] / "src" / "flag_gems" / f"{rel}.patch"
-        )
+        patch = Path(__file__).resolve().parents[3] / "src/flag_gems" / f"{rel}.patch"
         if path.is_file() and patch.is_file():
             from copyfix.compose import apply_patch
 
