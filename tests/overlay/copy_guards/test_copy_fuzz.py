@@ -76,34 +76,14 @@ def copy_problems(draw):
 )
 @hypothesis.given(problem=copy_problems(), seed=st.integers(0, 2**16))
 def test_copy_fuzz(problem, seed):
-    shape, (src_dtype, dst_dtype), src, dst = problem
-    (src_base_shape, src_view, src_spec), (dst_base_shape, dst_view, dst_spec) = (
-        src,
-        dst,
-    )
-    layout = (
-        f"{gh.SHORT[src_dtype]}->{gh.SHORT[dst_dtype]} src={src_spec} dst={dst_spec}"
-    )
-    hypothesis.note(layout)
-    gen = torch.Generator().manual_seed(seed)
-    src_base = gh.make_values(tuple(src_base_shape), src_dtype, dst_dtype, gen)
-    dst_base = gh.make_values(tuple(dst_base_shape), dst_dtype, dst_dtype, gen)
-    dev_dst_base = dst_base.to(gh.DEVICE, copy=True)
-    dev_src = src_view(src_base.to(gh.DEVICE, copy=True))
-    dev_dst = dst_view(dev_dst_base)
-    negation = dev_src.is_neg() != dev_dst.is_neg()
+    shape, (src_dtype, dst_dtype), (src_shape, src_view, src_spec), dst = problem
+    dst_shape, dst_view, dst_spec = dst
+    name = f"src={src_spec} dst={dst_spec}"
+    hypothesis.note(name)
+    layout = (tuple(src_shape), src_view, tuple(dst_shape), dst_view)
+    case = gh.Case(layout, src_dtype, dst_dtype, seed=seed, name=name)
     # negation into bool raises in torch (test_copy_negation_into_bool)
+    negation = case.src.is_neg() != case.dst.is_neg()
     hypothesis.assume(not (negation and dst_dtype is torch.bool))
-    with gh.track_paths() as paths:
-        gh.gems_copy_(dev_dst, dev_src)
-    numel = 1
-    for n in shape:
-        numel *= n
-    assert paths.fallbacks == 0, layout
-    expected = gh.expected_launches(dev_dst, dev_src) if numel else []
-    assert paths.launches == expected, layout
-    ref = dst_base.clone()
-    gh.torch_copy_(dst_view(ref), src_view(src_base))
-    gh.assert_bit_exact(
-        dev_dst_base, ref, layout, src_dtype == dst_dtype and not negation
-    )
+    assert case.dst.shape == shape
+    case.copy_and_check()

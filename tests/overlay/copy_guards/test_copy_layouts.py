@@ -19,30 +19,19 @@ def test_copy_layout_dtype_matrix(layout, pair):
     gh.Case(layout, *pair).copy_and_check()
 
 
-DIRECT_CASES = [(layout, torch.float32, torch.float32) for layout in gh.LAYOUTS] + [
-    ("expand_row", torch.float32, torch.bfloat16),
-    ("transpose", torch.float32, torch.bfloat16),
-    ("sdpa_mask", torch.bool, torch.bool),
-    ("sdpa_mask", torch.float32, torch.float16),
-    ("permute4d", torch.int64, torch.int32),
-    ("step_slice", torch.float16, torch.float32),
+DIRECT_CASES = [(layout, "fp32->fp32") for layout in gh.LAYOUTS] + [
+    (layout, pair)
+    for layout, pair in zip(
+        "expand_row transpose sdpa_mask sdpa_mask permute4d step_slice".split(),
+        "fp32->bf16 fp32->bf16 bool->bool fp32->fp16 i64->i32 fp16->fp32".split(),
+    )
 ]
 
 
 @pytest.mark.copy_
-@pytest.mark.parametrize(
-    "layout, src_dtype, dst_dtype",
-    DIRECT_CASES,
-    ids=[f"{c[0]}-{_pair_id(c[1:])}" for c in DIRECT_CASES],
-)
-def test_copy_direct_call(layout, src_dtype, dst_dtype):
-    case = gh.Case(layout, src_dtype, dst_dtype, seed=1)
-    with gh.track_paths() as paths:
-        out = gh.copy_module().copy_(case.dst, case.src)
-    assert out is case.dst
-    assert paths.fallbacks == 0, case.name
-    assert paths.launches == gh.expected_launches(case.dst, case.src), case.name
-    case.check()
+@pytest.mark.parametrize("layout, pair", DIRECT_CASES, ids=str)
+def test_copy_direct_call(layout, pair):
+    gh.Case(layout, *gh.pairs(pair)[0], seed=1).copy_and_check(gh.copy_module().copy_)
 
 
 @pytest.mark.copy
@@ -67,24 +56,14 @@ def test_copy_functional(layout):
 
 
 @pytest.mark.copy
-def test_copy_functional_keyword_arguments():
-    # copy(template, src=..., non_blocking=...): torch's argument names work
-    src = torch.randn(3, 5)
-    template = torch.empty(5, 3, device=gh.DEVICE).t()
-    out = gh.copy_module().copy(template, src=src.to(gh.DEVICE), non_blocking=False)
-    assert out.stride() == template.stride()
-    gh.assert_bit_exact(out, src, "keywords")
-
-
-@pytest.mark.copy_
-def test_copy_same_rank_broadcast_functional():
-    # copy(template, x[:1]): the functional form broadcasts the same way
+def test_copy_functional_keyword_arguments_and_broadcast():
+    # copy(template, src=x[:1], non_blocking=...): torch's argument names work, and
+    # the functional form broadcasts as copy_ does, into the template's strides
     src = torch.randn(4, 16)
-    template = torch.empty(6, 16, device=gh.DEVICE)
-    out = gh.copy_module().copy(template, src.to(gh.DEVICE)[:1])
-    gh.assert_bit_exact(
-        out, src[:1].expand(6, 16).contiguous(), "copy(template, x[:1])"
-    )
+    template = torch.empty(16, 6, device=gh.DEVICE).t()
+    out = gh.copy_module().copy(template, src=src.to(gh.DEVICE)[:1], non_blocking=False)
+    assert out.stride() == template.stride()
+    gh.assert_bit_exact(out, src[:1].expand(6, 16).contiguous(), "copy(t, src=x[:1])")
 
 
 @pytest.mark.copy_
@@ -95,26 +74,17 @@ def test_copy_same_rank_broadcast_functional():
     ids=_pair_id,
 )
 def test_copy_rank_coverage(rank, pair):
+    # a reversed permutation into every other element of the innermost dim
     shape = tuple(2 + (i % 2) for i in range(rank))
-    gen = torch.Generator().manual_seed(rank)
-    src_base = gh.make_values(shape[::-1], pair[0], pair[1], gen)
-    dst_base = gh.make_values(shape[:-1] + (2 * shape[-1],), pair[1], pair[1], gen)
-
-    def src_view(t):  # reversed permutation
-        return t.permute(*reversed(range(rank)))
-
-    def dst_view(t):  # every other element of the innermost dim
-        return t[..., ::2]
-
-    dev_dst_base = dst_base.to(gh.DEVICE, copy=True)
-    with gh.track_paths() as paths:
-        gh.gems_copy_(
-            dst_view(dev_dst_base), src_view(src_base.to(gh.DEVICE, copy=True))
-        )
-    assert paths.fallbacks == 0 and paths.launches == [("copy_slice", rank)]
-    ref = dst_base.clone()
-    dst_view(ref).copy_(src_view(src_base))
-    gh.assert_bit_exact(dev_dst_base, ref, f"rank{rank}", pair[0] == pair[1])
+    layout = (
+        shape[::-1],
+        lambda t: t.permute(*reversed(range(rank))),
+        shape[:-1] + (2 * shape[-1],),
+        lambda t: t[..., ::2],
+    )
+    case = gh.Case(layout, *pair, seed=rank, name=f"rank{rank}")
+    assert gh.expected_launches(case.dst, case.src) == [("copy_slice", rank)]
+    case.copy_and_check()
 
 
 # name: (src base shape, src view, dst base shape, dst view)
@@ -132,35 +102,16 @@ SAME_RANK_BROADCASTS = {
     "0d_view": ((6,), lambda s: s[4], (5, 7), _same),
     "0d_into_0d": ((6,), lambda s: s[4], (3,), lambda d: d[2]),
 }
-SAME_RANK_PAIRS = [
-    (torch.float32, torch.float32),
-    (torch.float32, torch.bfloat16),
-    (torch.int64, torch.float16),
-    (torch.bfloat16, torch.float32),
-    (torch.int32, torch.bool),
-]
+SAME_RANK_PAIRS = gh.pairs("fp32->fp32 fp32->bf16 i64->fp16 bf16->fp32 i32->bool")
 
 
 @pytest.mark.copy_
 @pytest.mark.parametrize("pair", SAME_RANK_PAIRS, ids=_pair_id)
 @pytest.mark.parametrize("layout", list(SAME_RANK_BROADCASTS))
 def test_copy_same_rank_broadcast(layout, pair):
-    src_shape, src_view, dst_shape, dst_view = SAME_RANK_BROADCASTS[layout]
-    gen = torch.Generator().manual_seed(11)
-    src_base = gh.make_values(src_shape, pair[0], pair[1], gen)
-    dst_base = gh.make_values(dst_shape, pair[1], pair[1], gen)
-    dev_dst_base = dst_base.to(gh.DEVICE, copy=True)
-    src = src_view(src_base.to(gh.DEVICE, copy=True))
-    dst = dst_view(dev_dst_base)
-    assert src.dim() in (0, dst.dim())
-    with gh.track_paths() as paths:
-        gh.gems_copy_(dst, src)
-    name = f"{layout}-{_pair_id(pair)}"
-    assert paths.fallbacks == 0, name
-    assert paths.launches == gh.expected_launches(dst, src), f"{name}: {paths.launches}"
-    ref = dst_base.clone()
-    dst_view(ref).copy_(src_view(src_base))
-    gh.assert_bit_exact(dev_dst_base, ref, name, pair[0] == pair[1])
+    case = gh.Case(SAME_RANK_BROADCASTS[layout], *pair, seed=11, name=layout)
+    assert case.src.dim() in (0, case.dst.dim())
+    case.copy_and_check()
 
 
 @pytest.mark.copy_

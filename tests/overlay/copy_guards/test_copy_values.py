@@ -205,22 +205,18 @@ def test_copy_python_scalar_through_dispatch(value, dtype):
 
 
 NEG_CASES = [
-    ("transpose", torch.float32, torch.float32),
-    ("contiguous", torch.float16, torch.float16),
-    ("transpose", torch.bfloat16, torch.bfloat16),
-    ("dst_transposed", torch.int8, torch.int8),
-    ("transpose", torch.int32, torch.int32),
-    ("contiguous", torch.int64, torch.int64),
-    ("transpose", torch.uint8, torch.uint8),
-    ("transpose", torch.float32, torch.bfloat16),
-    ("sdpa_mask", torch.bfloat16, torch.float32),
-    ("transpose", torch.float32, torch.int32),
-    ("contiguous", torch.bfloat16, torch.uint8),
-    ("transpose", torch.int8, torch.int64),
-    ("transpose", torch.int64, torch.bfloat16),
-    ("expand_row", torch.int32, torch.float32),
-    ("transpose", torch.bool, torch.float32),
-    ("transpose", torch.bool, torch.bool),
+    (layout, *gh.pairs(pair)[0])
+    for layout, pair in (
+        c.split(":")
+        for c in (
+            "transpose:fp32->fp32 contiguous:fp16->fp16 transpose:bf16->bf16"
+            " dst_transposed:i8->i8 transpose:i32->i32 contiguous:i64->i64"
+            " transpose:u8->u8 transpose:fp32->bf16 sdpa_mask:bf16->fp32"
+            " transpose:fp32->i32 contiguous:bf16->u8 transpose:i8->i64"
+            " transpose:i64->bf16 expand_row:i32->fp32 transpose:bool->fp32"
+            " transpose:bool->bool"
+        ).split()
+    )
 ]
 # negation into bool raises in torch: test_copy_negation_into_bool
 NEG_PARAMS = [
@@ -283,31 +279,29 @@ def _sign_flipped(x):
 
 
 @pytest.mark.copy_
-@pytest.mark.parametrize("dtype", gh.FLOAT_DTYPES + [torch.float64], ids=gh.SHORT.get)
-def test_negate_kernel_flips_the_sign_bit(dtype):
-    # torch's neg of 0.0 is -0.0 and of a NaN a NaN of the other sign; Triton's -x
-    # (0 - x) would give +0.0 for 0.0. float64 too: its branch serves backends
-    # that enable it (KunlunXIN's copy_ sends float64 to aten).
-    x = edge_values(dtype if dtype in _LOW_PAYLOAD_NANS else torch.float32)
-    nan = torch.tensor([float("nan")])
-    x = torch.cat([x, nan, _sign_flipped(nan)]).to(dtype)
-    assert {0.0} == set(x[x == 0].tolist()) and torch.signbit(
-        x[x == 0]
-    ).unique().numel() == 2
+@pytest.mark.parametrize(
+    "dtype", gh.FLOAT_DTYPES + [torch.float64] + gh.INT_DTYPES, ids=gh.SHORT.get
+)
+def test_negate_kernel(dtype):
+    # as torch's neg: for floats the sign bit flipped (neg of 0.0 is -0.0, of a NaN
+    # a NaN of the other sign; Triton's -x, 0 - x, would give +0.0 for 0.0); float64
+    # too: its branch serves backends that enable it (KunlunXIN's copy_ sends
+    # float64 to aten). Integers wrap: two's complement, -min == min, uint8 mod 256
+    if dtype.is_floating_point:
+        x = edge_values(dtype if dtype in _LOW_PAYLOAD_NANS else torch.float32)
+        nan = torch.tensor([float("nan")])
+        x = torch.cat([x, nan, _sign_flipped(nan)]).to(dtype)
+        assert {0.0} == set(x[x == 0].tolist()) and torch.signbit(
+            x[x == 0]
+        ).unique().numel() == 2
+        ref = _sign_flipped(x)
+    else:
+        x = edge_values(dtype)
+        ref = torch.neg(x)
     with gh.track_paths() as paths:
         out = gh.strided_module()._negate_kernel(x.to(gh.DEVICE))
     assert paths.launches == [("_negate_kernel", 1)]
-    gh.assert_bit_exact(out, _sign_flipped(x), f"_negate_kernel({gh.SHORT[dtype]})")
-
-
-@pytest.mark.copy_
-def test_negate_kernel_wraps_integers():
-    # as torch's neg: two's complement, -min == min, uint8 modulo 256
-    mod = gh.strided_module()
-    for dtype in gh.INT_DTYPES:
-        x = edge_values(dtype)
-        out = mod._negate_kernel(x.to(gh.DEVICE))
-        gh.assert_bit_exact(out, torch.neg(x), f"_negate_kernel({gh.SHORT[dtype]})")
+    gh.assert_bit_exact(out, ref, f"_negate_kernel({gh.SHORT[dtype]})")
 
 
 @pytest.mark.copy_
