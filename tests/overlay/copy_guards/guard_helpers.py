@@ -12,6 +12,7 @@ import contextlib
 import sys
 from unittest import mock
 
+import pytest
 import torch
 
 import flag_gems
@@ -164,7 +165,8 @@ class Case:
     """One copy: CPU originals for the reference, device buffers for flag_gems.
 
     `layout`: a name of LAYOUTS, or (src base shape, src view, dst base shape,
-    dst view) with `name` to report it by."""
+    dst view) with `name` to report it by; a base given as a (CPU) tensor instead of
+    a shape is used as it is."""
 
     def __init__(self, layout, src_dtype, dst_dtype, seed=0, neg="", name=None):
         if isinstance(layout, str):
@@ -176,8 +178,12 @@ class Case:
             self.dst_view = _negated(self.dst_view)
         gen = torch.Generator().manual_seed(seed)
         self.name = f"{name}-{SHORT[src_dtype]}->{SHORT[dst_dtype]}"
-        self.src_base = make_values(src_shape, src_dtype, dst_dtype, gen)
-        self.dst_base = make_values(dst_shape, dst_dtype, dst_dtype, gen)
+        self.src_base, self.dst_base = (
+            shape
+            if torch.is_tensor(shape)
+            else make_values(shape, dtype, dst_dtype, gen)
+            for shape, dtype in ((src_shape, src_dtype), (dst_shape, dst_dtype))
+        )
         self.dev_dst_base = self.dst_base.to(DEVICE, copy=True)
         self.src = self.src_view(self.src_base.to(DEVICE, copy=True))
         self.dst = self.dst_view(self.dev_dst_base)
@@ -303,6 +309,21 @@ def track_paths():
 def gems_copy_(dst, src):
     with flag_gems.use_gems(include=["copy_"]):
         return dst.copy_(src)
+
+
+def assert_torch_error(make, fallbacks=0, ref_device="cpu", untouched=True):
+    """make(device) -> (dst, src, buffer): Tensor.copy_ under use_gems raises torch's
+    exact error (torch run on `ref_device`), with `fallbacks` aten fallbacks and no
+    launch; `buffer` is left untouched (else: as torch leaves it, having written)."""
+    ref_dst, ref_src, ref_buf = make(ref_device)
+    expected = torch_error(lambda: ref_dst.copy_(ref_src))
+    dst, src, buf = make(DEVICE)
+    before = host_view(buf).clone() if untouched else ref_buf.cpu()
+    with track_paths() as paths, pytest.raises(expected[0]) as err:
+        gems_copy_(dst, src)
+    assert str(err.value) == expected[1]
+    assert paths.launches == [] and paths.fallbacks == fallbacks
+    assert_bit_exact(buf, before, f"{expected[1]!r}: destination untouched")
 
 
 def torch_error(fn):
