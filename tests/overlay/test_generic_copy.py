@@ -143,16 +143,10 @@ def _ptx(path, plan, tmp_path):
 
 
 def test_compiled_conversions_before_and_after(ops, tmp_path):
-    def name_of(kernel):
-        return kernel._scalar_fn.__name__
-
     plan = {}
     for pair in PTX_PAIRS:
-        src, dst = (gc.DTYPES[n] for n in pair.split("->"))
-        chosen = ops["after"].kernel_for(
-            torch.zeros(1, dtype=dst), torch.zeros(1, dtype=src)
-        )
-        plan[pair] = name_of(chosen)
+        src, dst = (torch.zeros(1, dtype=gc.DTYPES[n]) for n in pair.split("->"))
+        plan[pair] = ops["after"].kernel_for(dst, src)._scalar_fn.__name__
     after = _ptx(ops["after_file"]["path"], plan, tmp_path)
     before = _ptx(
         ops["before_file"]["path"], dict.fromkeys(PTX_PAIRS, "_copy_kernel"), tmp_path

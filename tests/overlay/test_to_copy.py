@@ -90,12 +90,9 @@ REPORTED = [
 
 @pytest.mark.parametrize("case", REPORTED, ids=["bool", "uint8", "bfloat16"])
 def test_pr_test_reaches_the_kunlunxin_op(case):
-    src_dtype, values, dst_dtype, method = case
     with spy_kernel_choice(kunlunxin_to()) as calls:
-        _pr_module().test_to_copy_dtype_conversion_reported_cases(
-            src_dtype, values, dst_dtype, method
-        )
-    assert calls == [(src_dtype, dst_dtype)]
+        _pr_module().test_to_copy_dtype_conversion_reported_cases(*case)
+    assert calls == [(case[0], case[2])]
 
 
 def _fails(call, *args):
@@ -116,16 +113,10 @@ def test_pr_tests_fail_with_the_preimage_kernel(monkeypatch):
     module = kunlunxin_to()
     monkeypatch.setattr(module, "_kernel_for", lambda s, d: module._to_copy_func)
     pr = _pr_module()
-    for src_dtype, values, dst_dtype, method in REPORTED:
-        if MODE == "cpu" and dst_dtype == torch.uint8:
+    for case in REPORTED:
+        if MODE == "cpu" and case[2] == torch.uint8:
             continue  # the interpreter wraps -1.5 into uint8 as numpy does (255)
-        _fails(
-            pr.test_to_copy_dtype_conversion_reported_cases,
-            src_dtype,
-            values,
-            dst_dtype,
-            method,
-        )
+        _fails(pr.test_to_copy_dtype_conversion_reported_cases, *case)
     _fails(pr.test_to_copy_dtype_conversion, torch.int64, torch.bfloat16)
     _fails(_pr4_module().test_to_bfloat16, torch.int32, "contiguous")
 
@@ -202,33 +193,24 @@ def test_generic_preimage_differs_on_the_issue_cases(guard):
 def test_fallbacks_and_layouts(guard, which):
     module = generic_to() if which == "generic" else kunlunxin_to()
     x = torch.arange(24, dtype=torch.float32, device=DEV).reshape(2, 3, 4) - 5.5
+    contiguous, last = torch.contiguous_format, torch.channels_last
+    triton = [  # dense: strides kept; not dense: contiguous; or as asked
+        lambda: x.permute(2, 0, 1).to(torch.uint8),
+        lambda: x[:, ::2].to(torch.bool),
+        lambda: x.transpose(0, 2).to(torch.bfloat16, memory_format=contiguous),
+        lambda: x.reshape(1, 2, 3, 4).to(torch.int32, memory_format=last),
+    ]
     with spy_kernel_choice(module) as calls, dispatched(module):
         meta = x.to("meta", torch.float16)  # a transfer: aten
         cplx = x.to(torch.complex64)  # complex: aten
         f8 = x.to(torch.float8_e5m2)  # float8 conversion: aten
         assert not calls
-        perm = x.permute(2, 0, 1).to(torch.uint8)  # dense: strides kept
-        sliced = x[:, ::2].to(torch.bool)  # not dense: contiguous
-        cont = x.transpose(0, 2).to(
-            torch.bfloat16, memory_format=torch.contiguous_format
-        )
-        last = x.reshape(1, 2, 3, 4).to(torch.int32, memory_format=torch.channels_last)
+        outs = [conversion() for conversion in triton]
     assert len(calls) == 4
     assert meta.device.type == "meta" and meta.dtype == torch.float16
     assert torch.equal(cplx, x.to(torch.complex64))
     assert torch.equal(f8.view(torch.uint8), x.to(torch.float8_e5m2).view(torch.uint8))
-    for got, ref in (
-        (perm, x.permute(2, 0, 1).to(torch.uint8)),
-        (sliced, x[:, ::2].to(torch.bool)),
-        (
-            cont,
-            x.transpose(0, 2).to(torch.bfloat16, memory_format=torch.contiguous_format),
-        ),
-        (
-            last,
-            x.reshape(1, 2, 3, 4).to(torch.int32, memory_format=torch.channels_last),
-        ),
-    ):
+    for got, ref in zip(outs, (conversion() for conversion in triton)):
         assert got.stride() == ref.stride() and torch.equal(got, ref)
 
 
@@ -252,12 +234,8 @@ def test_kunlunxin_launch_environment(guard, monkeypatch):
 
     def record(stock):
         def launch(*args, **kwargs):
-            seen.append(
-                (
-                    os.environ.get("TRITONXPU_BF16_FAST"),
-                    os.environ.get("TRITONXPU_ELEMBYTES"),
-                )
-            )
+            names = ("TRITONXPU_BF16_FAST", "TRITONXPU_ELEMBYTES")
+            seen.append(tuple(os.environ.get(name) for name in names))
             return stock(*args, **kwargs)
 
         return launch
@@ -310,11 +288,11 @@ def test_kunlunxin_kernels_compile_with_only_the_f32_bf16_store_left(guard, tmp_
     from test_generic_copy import _ptx  # (tests/overlay is on sys.path, no package)
 
     module = kunlunxin_to()
-    plan = {}
-    for src in ("int32", "int16", "float16", "float32", "float64", "bool"):
-        plan[f"{src}->bfloat16"] = module._kernel_for(
-            gc.DTYPES[src], torch.bfloat16
-        )._scalar_fn.__name__
+    plan = {
+        f"{src}->bfloat16": module._kernel_for(gc.DTYPES[src], torch.bfloat16)
+        for src in ("int32", "int16", "float16", "float32", "float64", "bool")
+    }
+    plan = {pair: kernel._scalar_fn.__name__ for pair, kernel in plan.items()}
     own = gc.scalar_functions(module.__file__)  # (the rest are copy_'s kernels)
     mine = {k: v for k, v in plan.items() if v in own}
     shared = {k: v for k, v in plan.items() if v not in own}

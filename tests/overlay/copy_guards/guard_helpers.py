@@ -47,26 +47,9 @@ DTYPE_PAIRS = [(d, d) for d in TRITON_DTYPES] + pairs(
 LAYOUTS = {name: layout for name, layout in PR_LAYOUTS.items() if name != "strided_dst"}
 LAYOUTS["dst_transposed"] = PR_LAYOUTS["strided_dst"]
 LAYOUTS.update(
-    {
-        "transpose4d_inner": (
-            (2, 3, 4, 5),
-            lambda s: s.transpose(2, 3),
-            (2, 3, 5, 4),
-            _same,
-        ),
-        "size1_dims": (
-            (7, 9),
-            lambda s: s.t().unsqueeze(0).unsqueeze(2),
-            (1, 9, 1, 7),
-            _same,
-        ),
-        "rank8": (
-            (2, 3, 2, 3, 2, 3, 2, 3),
-            lambda s: s.permute(7, 6, 5, 4, 3, 2, 1, 0),
-            (3, 2, 3, 2, 3, 2, 3, 2),
-            _same,
-        ),
-    }
+    transpose4d_inner=((2, 3, 4, 5), lambda s: s.transpose(2, 3), (2, 3, 5, 4), _same),
+    size1_dims=((7, 9), lambda s: s.t().unsqueeze(0).unsqueeze(2), (1, 9, 1, 7), _same),
+    rank8=((2, 3) * 4, lambda s: s.permute(*range(7, -1, -1)), (3, 2) * 4, _same),
 )
 
 
@@ -293,16 +276,10 @@ def track_paths():
     with contextlib.ExitStack() as stack:
         for name in KERNELS:
             kernel = getattr(mod, name)
-            stack.enter_context(
-                mock.patch.object(
-                    kernel, "instantiate", counting(name, kernel.instantiate)
-                )
-            )
-        stack.enter_context(
-            mock.patch.object(
-                torch.ops.aten.copy_.default, "redispatch", counting_redispatch
-            )
-        )
+            counted = counting(name, kernel.instantiate)
+            stack.enter_context(mock.patch.object(kernel, "instantiate", counted))
+        copy_ = torch.ops.aten.copy_.default
+        stack.enter_context(mock.patch.object(copy_, "redispatch", counting_redispatch))
         yield paths
 
 
