@@ -124,32 +124,13 @@ def test_copy_quantized_goes_to_fallback():
 
 
 @pytest.mark.copy_
-def test_copy_sparse_is_dispatched_by_layout():
-    # Tensor.copy_ picks the sparse kernel itself: copy_ is never reached
-    sparse = torch.eye(3).to_sparse().to(gh.DEVICE)
-    # (torch's text names the device's tensor types: the reference runs there)
-    expected = gh.torch_error(lambda: torch.zeros(3, 3, device=gh.DEVICE).copy_(sparse))
-    with gh.track_paths() as paths, pytest.raises(expected[0]) as err:
-        gh.gems_copy_(torch.zeros(3, 3, device=gh.DEVICE), sparse)
-    assert str(err.value) == expected[1]
-    assert paths.launches == [] and paths.fallbacks == 0
-    # sparse into sparse (through dispatch, and by a direct call as other ops make
-    # it): the sparse kernel, which copies its dense indices and values with copy_
-    # (those reach the op as plain dense copies)
-    for copy_ in (gh.gems_copy_, gh.copy_module().copy_):
-        dst = torch.zeros(3, 3).to_sparse().to(gh.DEVICE)
-        with gh.track_paths() as paths:
-            assert copy_(dst, (sparse * 2).to(gh.DEVICE)) is dst
-        assert torch.equal(dst.to_dense().cpu(), torch.eye(3) * 2)
-        assert paths.fallbacks == 0
-
-
-@pytest.mark.copy_
+@pytest.mark.parametrize("direct", [False, True])
 @pytest.mark.parametrize("sparse_side", ["src", "dst"])
-def test_copy_direct_call_with_sparse_gets_torchs_error(sparse_side):
-    # a direct call is dispatched again, to the layout's kernel: torch's error
-    # (before, _is_alias_of and the dense redispatch raised 'Cannot access storage
-    # of SparseTensorImpl'), nothing written, no Triton launch, no dense fallback
+def test_copy_sparse_with_dense_gets_torchs_error(sparse_side, direct):
+    # Tensor.copy_ picks the layout's kernel itself (copy_ is never reached); a
+    # direct call is dispatched again, to that kernel: torch's error (before,
+    # _is_alias_of and the dense redispatch raised 'Cannot access storage of
+    # SparseTensorImpl'), nothing written, no Triton launch, no dense fallback
     def make(device):
         dense, sparse = torch.zeros(3, 3, device=device), torch.eye(3).to_sparse()
         sparse = sparse.to(device)
@@ -159,10 +140,23 @@ def test_copy_direct_call_with_sparse_gets_torchs_error(sparse_side):
     expected = gh.torch_error(lambda: make(gh.DEVICE)[0].copy_(make(gh.DEVICE)[1]))
     dst, src = make(gh.DEVICE)
     with gh.track_paths() as paths, pytest.raises(expected[0]) as err:
-        gh.copy_module().copy_(dst, src)
+        (gh.copy_module().copy_ if direct else gh.gems_copy_)(dst, src)
     assert str(err.value) == expected[1]
     assert paths.launches == [] and paths.fallbacks == 0
     assert torch.equal(dst.to_dense().cpu(), make("cpu")[0].to_dense())
+
+
+@pytest.mark.copy_
+def test_copy_sparse_into_sparse():
+    # through dispatch, and by a direct call as other ops make it: the sparse kernel,
+    # which copies its dense indices and values with copy_ (those reach the op as
+    # plain dense copies)
+    for copy_ in (gh.gems_copy_, gh.copy_module().copy_):
+        dst = torch.zeros(3, 3).to_sparse().to(gh.DEVICE)
+        with gh.track_paths() as paths:
+            assert copy_(dst, (torch.eye(3) * 2).to_sparse().to(gh.DEVICE)) is dst
+        assert torch.equal(dst.to_dense().cpu(), torch.eye(3) * 2)
+        assert paths.fallbacks == 0
 
 
 @pytest.mark.copy_
