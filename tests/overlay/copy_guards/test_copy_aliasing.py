@@ -171,12 +171,13 @@ def test_copy_zero_dim():
     assert dst.item() == 2.5
 
 
+def _sq(x):
+    return x.view(4, 4)
+
+
 _READ_FIRST = {
     # name: (views of one 16-float buffer, expected: True, False or "raise")
-    "dense_same_span_other_strides": (
-        lambda x: (x.view(4, 4), x.view(4, 4).t()),
-        "raise",
-    ),
+    "dense_same_span_other_strides": (lambda x: (_sq(x), _sq(x).t()), "raise"),
     "dense_shifted": (lambda x: (x[4:12], x[:8]), "raise"),
     "dense_shifted_back": (lambda x: (x[:8], x[4:12]), "raise"),
     "dense_element_inside": (lambda x: (x[:3], x[1]), "raise"),
@@ -186,32 +187,23 @@ _READ_FIRST = {
     "dense_empty_src": (lambda x: (x[:0], x), False),
     "dense_empty_dst": (lambda x: (x, x[3:3]), False),
     # an empty view whose sizes and strides span bytes: still no element, no overlap
-    "empty_dst_spanning": (lambda x: (x.view(4, 4)[:, :0], x[5:6]), False),
-    "empty_src_spanning": (lambda x: (x[5:6], x.view(4, 4)[:, :0]), False),
-    "non_dense_overlapping": (
-        lambda x: (x.view(4, 4)[1:, :3], x.view(4, 4)[:3, 1:]),
-        True,
-    ),
+    "empty_dst_spanning": (lambda x: (_sq(x)[:, :0], x[5:6]), False),
+    "empty_src_spanning": (lambda x: (x[5:6], _sq(x)[:, :0]), False),
+    "non_dense_overlapping": (lambda x: (_sq(x)[1:, :3], _sq(x)[:3, 1:]), True),
     "non_dense_interleaved": (lambda x: (x[::2], x[1::2]), True),
     "non_dense_one_shared": (lambda x: (x[4:9:2], x[0:5:2]), True),
     "non_dense_one_shared_back": (lambda x: (x[0:5:2], x[4:9:2]), True),
-    "interleaved_rows": (lambda x: (x.view(4, 4)[:, ::2], x.view(4, 4)[:, 1::2]), True),
-    "row_from_column": (lambda x: (x.view(4, 4)[0], x.view(4, 4)[:, 0]), True),
-    "strided_rows_down": (
-        lambda x: (x.view(4, 4)[2:, ::2], x.view(4, 4)[:2, ::2]),
-        False,
-    ),
-    "strided_rows_up": (
-        lambda x: (x.view(4, 4)[:2, ::2], x.view(4, 4)[2:, ::2]),
-        False,
-    ),
+    "interleaved_rows": (lambda x: (_sq(x)[:, ::2], _sq(x)[:, 1::2]), True),
+    "row_from_column": (lambda x: (_sq(x)[0], _sq(x)[:, 0]), True),
+    "strided_rows_down": (lambda x: (_sq(x)[2:, ::2], _sq(x)[:2, ::2]), False),
+    "strided_rows_up": (lambda x: (_sq(x)[:2, ::2], _sq(x)[2:, ::2]), False),
     "dense_gap": (lambda x: (x[10:], x[:6]), False),
     "dense_gap_back": (lambda x: (x[:6], x[10:]), False),
     "non_dense_gap": (lambda x: (x[10::2], x[:6:2]), False),
     "non_dense_touching": (lambda x: (x[5:10:2], x[0:5:2]), False),
     "non_dense_touching_back": (lambda x: (x[0:5:2], x[5:10:2]), False),
     "non_dense_disjoint": (lambda x: (x[8::2], x[:8:2]), False),
-    "dense_into_non_dense": (lambda x: (x.view(4, 4)[:, 0], x[3:7]), True),
+    "dense_into_non_dense": (lambda x: (_sq(x)[:, 0], x[3:7]), True),
 }
 
 

@@ -34,21 +34,22 @@ def _flat(x, a, b):
     return x.view(-1)[a:b]
 
 
+def _row(x):  # (overlaps every row of a (4, 4) destination)
+    return x[0].expand(4, 4)
+
+
 _OVERLAP = {
-    "internal": lambda x: (x[0].expand(4, 4), torch.ones(4, 4, device=x.device)),
+    "internal": lambda x: (_row(x), torch.ones(4, 4, device=x.device)),
     # torch reports the overlap first
-    "internal_and_bad_shape": lambda x: (
-        x[0].expand(4, 4),
-        torch.ones(3, device=x.device),
-    ),
+    "internal_and_bad_shape": lambda x: (_row(x), torch.ones(3, device=x.device)),
     "transpose": lambda x: (x, x.t()),
     "shifted": lambda x: (x[1:], x[:-1]),
     "element_inside": lambda x: (x[0, :3], x[0, 1]),  # inside the written row
     "transpose_back": lambda x: (x.t(), x),
     # an int16 inside the int32 it is part of
     "element_in_wider_element": lambda x: (
-        x.view(torch.int16).view(-1)[1:2],
-        x.view(torch.int32).view(-1)[:1],
+        _flat(x.view(torch.int16), 1, 2),
+        _flat(x.view(torch.int32), 0, 1),
     ),
     # no bytes, so no overlap: torch's broadcast error (an empty view's data_ptr() is
     # null, yet its strides may span past the storage: as_strided checks none)
@@ -58,10 +59,7 @@ _OVERLAP = {
         x.view(-1),
         x.as_strided((2**50, 0), (1, 1)),
     ),
-    "partial_and_bad_shape": lambda x: (
-        _flat(x, 0, 6),
-        _flat(x, 4, 8),
-    ),  # overlap first
+    "partial_and_bad_shape": lambda x: (_flat(x, 0, 6), _flat(x, 4, 8)),  # overlap 1st
     # a view of the same start and strides is a no-op only at the same shape
     "alias_empty_source": lambda x: (_flat(x, 0, 3), _flat(x, 1, 1)),
     "alias_source_is_a_prefix": lambda x: (_flat(x, 0, 6), _flat(x, 0, 3)),

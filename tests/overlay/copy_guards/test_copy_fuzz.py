@@ -19,16 +19,14 @@ st = hypothesis.strategies
 def strided_views(draw, shape, allow_broadcast):
     """A view of `shape` over a fresh base: permuted, stepped, offset, maybe expanded."""
     rank = len(shape)
-    dims = []  # per dim: (broadcast, step, start)
-    for size in shape:
-        broadcast = allow_broadcast and size != 1 and draw(st.integers(0, 5)) == 0
-        dims.append(
-            (
-                broadcast,
-                draw(st.sampled_from([1, 1, 2, 3])),
-                draw(st.integers(0, 1)),
-            )
+    dims = [  # per dim: (broadcast, step, start)
+        (
+            allow_broadcast and size != 1 and draw(st.integers(0, 5)) == 0,
+            draw(st.sampled_from([1, 1, 2, 3])),
+            draw(st.integers(0, 1)),
         )
+        for size in shape
+    ]
     dropped = draw(st.integers(0, rank)) if allow_broadcast else 0
     # same-rank broadcast: a broadcast dim stays a size-1 slice with its real
     # stride, as in x[:1] or a (1, C) row, instead of being expanded

@@ -285,21 +285,19 @@ def test_copy_negated_zero_and_nan_signs(dtype):
     # CPU neg returns its quiet NaN 0x7FC0 whatever the sign: NaN-ness compared)
     nan = torch.tensor([float("nan")], dtype=dtype)
     # (-nan would be torch's bfloat16 neg: a positive NaN)
-    values = torch.cat([torch.tensor([0.0, -0.0, 1.0], dtype=dtype), nan])
-    values = torch.cat([values, _sign_flipped(nan)])
+    values = torch.tensor([0.0, -0.0, 1.0], dtype=dtype)
+    values = torch.cat([values, nan, _sign_flipped(nan)])
     expected_signs = [True, False, True, True, False]
     ref = torch.zeros(5, dtype=dtype)
     ref.copy_(torch._neg_view(values))
     if dtype is not torch.bfloat16:
         assert torch.signbit(ref).tolist() == expected_signs  # torch's own result
     for which in ("src", "dst"):
-        dst = torch.zeros(5, dtype=dtype, device=gh.DEVICE)
-        src = values.to(gh.DEVICE)
+        dst, src = torch.zeros(5, dtype=dtype, device=gh.DEVICE), values.to(gh.DEVICE)
+        # (into a negated view: its stored values are the negation)
+        neg = torch._neg_view
         with gh.track_paths() as paths:
-            if which == "src":
-                gh.gems_copy_(dst, torch._neg_view(src))
-            else:  # into a negated view: its stored values are the negation
-                gh.gems_copy_(torch._neg_view(dst), src)
+            gh.gems_copy_(*((dst, neg(src)) if which == "src" else (neg(dst), src)))
         assert paths.fallbacks == 0 and paths.launches[-1] == ("_negate_kernel", 1)
         assert torch.signbit(gh.host_view(dst)).tolist() == expected_signs, which
         gh.assert_bit_exact(dst, ref, f"signs {gh.SHORT[dtype]}", exact_nans=False)
