@@ -6,6 +6,9 @@ cases, so these tests fail without the PR.
 
 import contextlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -122,22 +125,13 @@ PTX_PAIRS = [
 
 
 def _ptx(path, plan, tmp_path):
-    import os
-    import subprocess
-    import sys
-
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(json.dumps(plan))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(gc.REPO / "harness")
     cmd = [sys.executable, "-m", "copyfix.measure.generic_conversions", "--out", "-"]
-    run = subprocess.run(
-        [*cmd, "--ptx", str(path), str(plan_file)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    cmd += ["--ptx", str(path), str(plan_file)]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 

@@ -243,17 +243,10 @@ def assert_bit_exact(res, ref, what, exact_nans=True):
         )
 
 
-KERNELS = tracking.OP_KERNELS
-
-
 class Paths:
     def __init__(self):
         self.launches = []  # one (kernel name, rank) per Triton kernel launch
         self.fallbacks = 0  # aten copy_ redispatches
-
-    @property
-    def kernels(self):
-        return [name for name, _ in self.launches]
 
 
 @contextlib.contextmanager
@@ -274,7 +267,7 @@ def track_paths():
         return redispatch(*args, **kwargs)
 
     with contextlib.ExitStack() as stack:
-        for name in KERNELS:
+        for name in tracking.OP_KERNELS:
             kernel = getattr(mod, name)
             counted = counting(name, kernel.instantiate)
             stack.enter_context(mock.patch.object(kernel, "instantiate", counted))

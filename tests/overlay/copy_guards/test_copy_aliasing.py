@@ -12,18 +12,10 @@ pytestmark = pytest.mark.harness
 # Aliasing and special tensors, each against torch's result or error (destination
 # untouched on an error), cut from 16-element buffers.
 _ALIASING = (
-    "partial_overlap",
-    "one_element_shared_src_first",
-    "one_element_shared_dst_first",
-    "overlapping_views",
-    "overlapping_views_neg",
-    "self_view",
-    "self_neg",
-    "adjacent_halves",
-    "adjacent_halves_dst_first",
-    "bytes_shared_across_dtypes",
-    "adjacent_across_dtypes",
-)
+    "partial_overlap one_element_shared_src_first one_element_shared_dst_first"
+    " overlapping_views overlapping_views_neg self_view self_neg adjacent_halves"
+    " adjacent_halves_dst_first bytes_shared_across_dtypes adjacent_across_dtypes"
+).split()
 # variant: kernels launched (each at the destination's rank); None: an error
 _VARIANT_KERNELS = {
     "src_neg": ["copy_slice", "_negate_kernel"],
