@@ -150,19 +150,6 @@ def test_copy_empty():
     gh.assert_bit_exact(x, torch.arange(16.0), "empty destinations: x untouched")
 
 
-@pytest.mark.copy_
-def test_copy_zero_dim():
-    dst = torch.zeros((), device=gh.DEVICE)
-    with gh.track_paths() as paths:
-        gh.gems_copy_(dst, torch.tensor(2.5, device=gh.DEVICE))
-        gh.gems_copy_(
-            torch.empty(3, device=gh.DEVICE)[1], torch.tensor(1.0, device=gh.DEVICE)
-        )
-    assert paths.fallbacks == 0
-    assert paths.launches == [("_copy_kernel", 0), ("_copy_kernel", 0)]
-    assert dst.item() == 2.5
-
-
 def _sq(x):
     return x.view(4, 4)
 

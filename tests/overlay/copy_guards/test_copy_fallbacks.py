@@ -25,8 +25,7 @@ def test_copy_direct_call_defaults_to_a_blocking_copy(monkeypatch):
     monkeypatch.setattr(torch.ops.aten.copy_.default, "redispatch", spy)
     src = torch.randn(3, 4, dtype=torch.complex64, device=gh.DEVICE)  # a fallback dtype
 
-    def dst():
-        return torch.zeros(3, 4, dtype=torch.complex64, device=gh.DEVICE)
+    dst = lambda: torch.zeros(3, 4, dtype=torch.complex64, device=gh.DEVICE)
 
     gh.copy_module().copy_(dst(), src)
     gh.copy_module().copy_(dst(), src, True)

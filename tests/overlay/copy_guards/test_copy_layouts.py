@@ -156,14 +156,13 @@ def test_sdpa_expanded_mask(mask_dtype):
     with gh.track_paths() as paths:
         gh.gems_copy_(mask, small.to(gh.DEVICE).expand(B, H, S, S))
     assert paths.fallbacks == 0 and paths.launches == [("copy_slice", 4)]
-    gh.assert_bit_exact(mask, small.expand(B, H, S, S).contiguous(), "sdpa mask")
+    host_mask = small.expand(B, H, S, S).contiguous()
+    gh.assert_bit_exact(mask, host_mask, "sdpa mask")
 
     dq, dk, dv = (t.to(gh.DEVICE) for t in (q, k, v))
     sdpa = torch.nn.functional.scaled_dot_product_attention
     out = sdpa(dq, dk, dv, attn_mask=mask)
-    ref = sdpa(
-        dq, dk, dv, attn_mask=small.expand(B, H, S, S).contiguous().to(gh.DEVICE)
-    )
+    ref = sdpa(dq, dk, dv, attn_mask=host_mask.to(gh.DEVICE))
     gh.assert_bit_exact(out, ref.cpu(), "sdpa output")
     # the expanded view straight into attention under use_gems, as a model passes it
     with flag_gems.use_gems(include=["copy_"]):
