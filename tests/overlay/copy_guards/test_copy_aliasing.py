@@ -1,6 +1,8 @@
 """KunlunXIN copy_ where source and destination share memory, and special tensors:
-the snapshot taken exactly when the source must be read first, no-ops, empty, 0-d
-and zero tensors, conjugate and negation bits on one storage."""
+the snapshot taken exactly when the source must be read first, no-ops, empty
+and zero tensors, conjugate and negation bits on one storage (0-d: test_copy_layouts)."""
+
+import contextlib
 
 import guard_helpers as gh
 import pytest
@@ -85,10 +87,8 @@ def test_copy_alias_and_special_tensors(variant):
     # views torch cannot classify, the same view): torch's result or error
     cpu = torch.arange(16, dtype=torch.float32) - 5
     aliasing = variant in _ALIASING
-    buf = (
-        cpu.to(gh.DEVICE, copy=True) if aliasing else torch.zeros(16, device=gh.DEVICE)
-    )
     ref_buf = cpu.clone() if aliasing else torch.zeros(16)
+    buf = ref_buf.to(gh.DEVICE, copy=True)
     dst, src = _variant(variant, buf, cpu.to(gh.DEVICE))
     ref_dst, ref_src = _variant(variant, ref_buf, cpu)
     if variant.startswith("overlapping_views"):  # every element reads its old value
@@ -101,13 +101,11 @@ def test_copy_alias_and_special_tensors(variant):
         error = exc
     kernels = _VARIANT_KERNELS[variant]
     assert (error is None) == (kernels is not None), f"torch: {error!r}"
-    with gh.track_paths() as paths:
-        if error is None:
-            assert gh.copy_module().copy_(dst, src) is dst
-        else:
-            with pytest.raises(type(error)) as err:
-                gh.copy_module().copy_(dst, src)
+    raises = contextlib.nullcontext() if error is None else pytest.raises(type(error))
+    with gh.track_paths() as paths, raises as err:
+        out = gh.copy_module().copy_(dst, src)
     if error is None:
+        assert out is dst
         gh.assert_bit_exact(buf, ref_buf, variant)
     else:
         assert str(err.value) == str(error)
