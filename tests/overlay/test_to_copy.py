@@ -73,12 +73,8 @@ def guard():
 # --- the PR tests reach the KunlunXIN op, and fail without its kernels
 
 
-def _pr_module():
-    return importlib.import_module("tests.test_copy_dtype_conversions")
-
-
-def _pr4_module():
-    return importlib.import_module("tests.test_to_copy_conversions")
+_pr_module = lambda: importlib.import_module("tests.test_copy_dtype_conversions")
+_pr4_module = lambda: importlib.import_module("tests.test_to_copy_conversions")
 
 
 REPORTED = [

@@ -36,6 +36,11 @@ def pairs(spec):
     return [tuple(BY_SHORT[n] for n in p.split("->")) for p in spec.split()]
 
 
+def cases(spec):
+    """(layout, src dtype, dst dtype) from "transpose:fp32->bf16 ..."."""
+    return [(c.split(":")[0], *pairs(c.split(":")[1])[0]) for c in spec.split()]
+
+
 DTYPE_PAIRS = [(d, d) for d in TRITON_DTYPES] + pairs(
     "fp32->bf16 fp32->fp16 bf16->fp32 fp16->fp32 bf16->fp16 fp32->i32 fp16->i8"
     " bf16->u8 i32->fp32 i64->bf16 u8->fp16 i64->i8 i8->i64 bool->fp32 fp32->bool"

@@ -19,19 +19,22 @@ def test_copy_layout_dtype_matrix(layout, pair):
     gh.Case(layout, *pair).copy_and_check()
 
 
-DIRECT_CASES = [(layout, "fp32->fp32") for layout in gh.LAYOUTS] + [
-    (layout, pair)
-    for layout, pair in zip(
-        "expand_row transpose sdpa_mask sdpa_mask permute4d step_slice".split(),
-        "fp32->bf16 fp32->bf16 bool->bool fp32->fp16 i64->i32 fp16->fp32".split(),
-    )
-]
+DIRECT_CASES = [(layout, torch.float32, torch.float32) for layout in gh.LAYOUTS]
+DIRECT_CASES += gh.cases(
+    "expand_row:fp32->bf16 transpose:fp32->bf16 sdpa_mask:bool->bool"
+    " sdpa_mask:fp32->fp16 permute4d:i64->i32 step_slice:fp16->fp32"
+)
 
 
 @pytest.mark.copy_
-@pytest.mark.parametrize("layout, pair", DIRECT_CASES, ids=str)
-def test_copy_direct_call(layout, pair):
-    gh.Case(layout, *gh.pairs(pair)[0], seed=1).copy_and_check(gh.copy_module().copy_)
+@pytest.mark.parametrize(
+    "layout, src_dtype, dst_dtype",
+    DIRECT_CASES,
+    ids=[f"{c[0]}-{_pair_id(c[1:])}" for c in DIRECT_CASES],
+)
+def test_copy_direct_call(layout, src_dtype, dst_dtype):
+    case = gh.Case(layout, src_dtype, dst_dtype, seed=1)
+    case.copy_and_check(gh.copy_module().copy_)
 
 
 @pytest.mark.copy

@@ -183,20 +183,13 @@ def test_copy_python_number(value, dtype):
             gh.assert_bit_exact(dst, ref, f"{value!r} -> {dtype} ({dispatched=})")
 
 
-NEG_CASES = [
-    (layout, *gh.pairs(pair)[0])
-    for layout, pair in (
-        c.split(":")
-        for c in (
-            "transpose:fp32->fp32 contiguous:fp16->fp16 transpose:bf16->bf16"
-            " dst_transposed:i8->i8 transpose:i32->i32 contiguous:i64->i64"
-            " transpose:u8->u8 transpose:fp32->bf16 sdpa_mask:bf16->fp32"
-            " transpose:fp32->i32 contiguous:bf16->u8 transpose:i8->i64"
-            " transpose:i64->bf16 expand_row:i32->fp32 transpose:bool->fp32"
-            " transpose:bool->bool"
-        ).split()
-    )
-]
+NEG_CASES = gh.cases(
+    "transpose:fp32->fp32 contiguous:fp16->fp16 transpose:bf16->bf16"
+    " dst_transposed:i8->i8 transpose:i32->i32 contiguous:i64->i64 transpose:u8->u8"
+    " transpose:fp32->bf16 sdpa_mask:bf16->fp32 transpose:fp32->i32"
+    " contiguous:bf16->u8 transpose:i8->i64 transpose:i64->bf16"
+    " expand_row:i32->fp32 transpose:bool->fp32 transpose:bool->bool"
+)
 # negation into bool raises in torch: test_copy_negation_into_bool
 NEG_PARAMS = [
     (*c, neg)
