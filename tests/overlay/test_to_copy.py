@@ -293,14 +293,10 @@ def test_kunlunxin_kernels_compile_with_only_the_f32_bf16_store_left(guard, tmp_
     mine = {k: v for k, v in plan.items() if v in own}
     shared = {k: v for k, v in plan.items() if v not in own}
     after = _ptx(module.__file__, mine, tmp_path)
-    after.update(
-        _ptx(sys.modules["_kunlunxin.ops.strided_copy"].__file__, shared, tmp_path)
-    )
-    before = _ptx(
-        gc.generic_ops("kunlunxin_to_copy")["before_file"]["path"],
-        dict.fromkeys(plan, "_to_copy_func"),
-        tmp_path,
-    )
+    strided = sys.modules["_kunlunxin.ops.strided_copy"].__file__
+    after.update(_ptx(strided, shared, tmp_path))
+    preimage = gc.generic_ops("kunlunxin_to_copy")["before_file"]["path"]
+    before = _ptx(preimage, dict.fromkeys(plan, PLAIN), tmp_path)
     # float32 keeps the hardware store; bool's 0/1 need no rounding
     assert mine == dict.fromkeys(["float32->bfloat16", "bool->bfloat16"], PLAIN)
     assert set(shared.values()) == {"_to_bf16_kernel"}

@@ -10,6 +10,7 @@ serve as the reference there.
 
 import contextlib
 import sys
+import types
 from unittest import mock
 
 import pytest
@@ -248,16 +249,11 @@ def assert_bit_exact(res, ref, what, exact_nans=True):
         )
 
 
-class Paths:
-    def __init__(self):
-        self.launches = []  # one (kernel name, rank) per Triton kernel launch
-        self.fallbacks = 0  # aten copy_ redispatches
-
-
 @contextlib.contextmanager
 def track_paths():
-    """Count the Triton launches (kernel, rank) and aten fallbacks of copy_."""
-    mod, paths = strided_module(), Paths()
+    """Count the Triton launches (paths.launches: one (kernel name, rank) each) and
+    aten fallbacks (paths.fallbacks: aten copy_ redispatches) of copy_."""
+    mod, paths = strided_module(), types.SimpleNamespace(launches=[], fallbacks=0)
     redispatch = torch.ops.aten.copy_.default.redispatch
 
     def counting(name, instantiate):

@@ -79,12 +79,9 @@ def test_copy_functional_keyword_arguments_and_broadcast():
 def test_copy_rank_coverage(rank, pair):
     # a reversed permutation into every other element of the innermost dim
     shape = tuple(2 + (i % 2) for i in range(rank))
-    layout = (
-        shape[::-1],
-        lambda t: t.permute(*reversed(range(rank))),
-        shape[:-1] + (2 * shape[-1],),
-        lambda t: t[..., ::2],
-    )
+    reverse = lambda t: t.permute(*reversed(range(rank)))
+    dst_shape = shape[:-1] + (2 * shape[-1],)
+    layout = (shape[::-1], reverse, dst_shape, lambda t: t[..., ::2])
     case = gh.Case(layout, *pair, seed=rank, name=f"rank{rank}")
     assert gh.expected_launches(case.dst, case.src) == [("copy_slice", rank)]
     case.copy_and_check()

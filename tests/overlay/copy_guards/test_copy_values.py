@@ -221,18 +221,17 @@ def test_copy_negated_views(layout, src_dtype, dst_dtype, neg):
 def test_copy_negation_into_bool(views):
     # torch negates bool after the copy and raises there ("neg_cpu" not implemented
     # for 'Bool'), having written the copy: the fallback does exactly that
-    neg = torch._neg_view
-    dst, src = {
-        "float_src_neg": (lambda b: b, lambda s: neg(s).t()),
-        "bool_src_neg": (lambda b: b, lambda s: neg(s != 0).t()),
-        "bool_dst_neg": (neg, lambda s: (s != 0).t()),
-        "int_into_bool_dst_neg": (neg, lambda s: s.to(torch.int32).t()),
-    }[views]
-
     def make(device):
         base = torch.zeros(3, 2, dtype=torch.bool, device=device)
-        values = torch.tensor([[1.0, 0.0, -2.5], [0.0, 3.0, 0.5]], device=device)
-        return dst(base), src(values), base
+        src = torch.tensor([[1.0, 0.0, -2.5], [0.0, 3.0, 0.5]], device=device)
+        neg = torch._neg_view
+        src = {
+            "float_src_neg": neg(src),
+            "bool_src_neg": neg(src != 0),
+            "bool_dst_neg": src != 0,
+            "int_into_bool_dst_neg": src.to(torch.int32),
+        }[views]
+        return neg(base) if views.endswith("dst_neg") else base, src.t(), base
 
     # torch's error names the device's kernel ("neg_cpu", "neg_cuda"): the reference
     # is aten on the test's device (harness tests run without the device model);
