@@ -16,13 +16,10 @@ pytestmark = pytest.mark.harness
 def test_copy_direct_call_defaults_to_a_blocking_copy(monkeypatch):
     # torch's copy_ blocks unless asked not to, and so does a direct call's fallback
     seen = []
-    redispatch = torch.ops.aten.copy_.default.redispatch
-
-    def spy(*args):
-        seen.append(args[-1])
-        return redispatch(*args)
-
-    monkeypatch.setattr(torch.ops.aten.copy_.default, "redispatch", spy)
+    copy_ = torch.ops.aten.copy_.default
+    redispatch = copy_.redispatch
+    spy = lambda *args: seen.append(args[-1]) or redispatch(*args)
+    monkeypatch.setattr(copy_, "redispatch", spy)
     src = torch.randn(3, 4, dtype=torch.complex64, device=gh.DEVICE)  # a fallback dtype
 
     dst = lambda: torch.zeros(3, 4, dtype=torch.complex64, device=gh.DEVICE)
