@@ -35,8 +35,7 @@ def ops():
         yield gc.generic_ops()
 
 
-def device():
-    return emulation.device()
+device = emulation.device
 
 
 def test_before_is_a_known_base_file_and_after_is_the_overlay(ops):

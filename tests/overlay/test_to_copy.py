@@ -223,13 +223,9 @@ def test_kunlunxin_launch_environment(guard, monkeypatch):
     module = kunlunxin_to()
     seen = []
 
-    def record(stock):
-        def launch(*args, **kwargs):
-            names = ("TRITONXPU_BF16_FAST", "TRITONXPU_ELEMBYTES")
-            seen.append(tuple(os.environ.get(name) for name in names))
-            return stock(*args, **kwargs)
-
-        return launch
+    names = ("TRITONXPU_BF16_FAST", "TRITONXPU_ELEMBYTES")
+    env = lambda: tuple(os.environ.get(name) for name in names)
+    record = lambda stock: lambda *a, **k: seen.append(env()) or stock(*a, **k)
 
     stock_choice = module._kernel_for
     monkeypatch.setattr(module, "_kernel_for", lambda s, d: record(stock_choice(s, d)))

@@ -257,11 +257,7 @@ def track_paths():
     redispatch = torch.ops.aten.copy_.default.redispatch
 
     def counting(name, instantiate):
-        def counting_instantiate(rank):
-            paths.launches.append((name, rank))
-            return instantiate(rank)
-
-        return counting_instantiate
+        return lambda rank: paths.launches.append((name, rank)) or instantiate(rank)
 
     def counting_redispatch(*args, **kwargs):
         paths.fallbacks += 1
