@@ -1,19 +1,8 @@
-"""Export the PR files: `copy.patch`, and one commit on a new branch of a FlagGems checkout.
+"""Export the PR files: `copy.patch`, and one commit per PR of the stack on a new
+branch of a FlagGems checkout (`make patch`, `make pr UPSTREAM=...`).
 
-    python -m copyfix.export patch            # regenerate the installed base's patch (pre-image -> ours)
-    python -m copyfix.export pr <checkout>    # what `make pr UPSTREAM=...` runs
-
-The export refuses a checkout whose kunlunxin copy.py is not a known pre-image
-(pyproject's [tool.copyfix.preimages]: flag-gems 5.0.2, or main of 2026-08-21,
-which differs only in its licence header and logger lines), and runs the
-checkout's own lint settings (black, isort, flake8 from its .pre-commit-config.yaml)
-on the exported files before committing.
-
-Each PR's commit message is its own PR text (`commit_message`): the text's first line,
-a `# ` heading, is the title; the rest, verbatim, is the body, in FlagGems' PR template
-(`pr_text_parts` refuses a text that is not). A one-commit branch so carries exactly
-what `gh pr create --fill` posts. The stack is pyproject's [[tool.copyfix.stack]]
-(one entry per PR, in merge order); PR n's text is docs/PR<n>.md.
+Each PR's commit message is its text (docs/PR<n>.md, in FlagGems' PR template):
+what `gh pr create --fill` posts. The stack is pyproject's [[tool.copyfix.stack]].
 """
 
 import argparse
@@ -31,14 +20,11 @@ from copyfix.compose import apply_patch, head_patch, sha256
 
 REPO = Path(__file__).resolve().parents[3]
 COPY_PY = "src/flag_gems/runtime/backend/_kunlunxin/ops/copy.py"
-# the strided Triton copy both integrations of copy.py call (a new upstream file)
 STRIDED_COPY_PY = "src/flag_gems/runtime/backend/_kunlunxin/ops/strided_copy.py"
 
 
 class PR:
-    """One upstream PR of the stack: its position (n, from 1), its whole files, the
-    upstream files it edits through a patch, the PRs its branch sits on, its branch
-    and its text (docs/PR<n>.md), from which its commit message is made."""
+    """One upstream PR of the stack (n: its position, from 1)."""
 
     def __init__(self, name, files, branch, text, patched=(), needs=(), n=0):
         self.name, self.files, self.branch, self.text = name, list(files), branch, text
@@ -53,14 +39,11 @@ class PR:
         return list(dict.fromkeys(self.files + self.patched))
 
     def patch_file(self, rel: str, head: bool = False) -> Path:
-        """The patch this PR applies to upstream's ``rel``: ``<rel>.pr<n>[.head].patch``
-        where the stack keeps one for this PR, else the overlay's ``<rel>.patch``. On
-        upstream's head file only its own head patch (absent: the PR leaves the file)."""
+        """``<rel>.pr<n>[.head].patch`` if kept, else ``<rel>.patch`` (not on head)."""
         own = REPO / f"{rel}.pr{self.n}{'.head' if head else ''}.patch"
         return own if own.is_file() or head else REPO / f"{rel}.patch"
 
     def kept_files(self) -> list[str]:
-        """This repository's files the PR is made of (whole files and patches)."""
         out = list(self.files)
         for rel in self.patched:
             for head in (False, True):
@@ -70,23 +53,16 @@ class PR:
         return list(dict.fromkeys(out))
 
 
-# FlagGems' PR template (.github/PULL_REQUEST_TEMPLATE.md): its headings, in order, and
-# the length of a merged PR's text that this repository holds its own to.
-TEMPLATE_HEADINGS = (
-    "PR Category",
-    "Type of Change",
-    "Description",
-    "Issue",
-    "Progress",
-    "Performance",
+# FlagGems' PR template's headings, in order, and the length of a PR text
+TEMPLATE_HEADINGS = tuple(
+    "PR Category|Type of Change|Description|Issue|Progress|Performance".split("|")
 )
 MAX_LINES = 30
 MAX_PERFORMANCE_LINES = 6
 
 
 def pr_text_parts(text: str) -> tuple[str, str]:
-    """(title, body) of a PR text: its first line, a `# ` heading, is the title; the
-    body is everything after it, verbatim. SystemExit names what breaks the template."""
+    """(title, body) of a PR text; SystemExit names what breaks the template."""
     lines = text.rstrip("\n").splitlines()
     if not lines or not lines[0].startswith("# "):
         raise SystemExit("a PR text must start with its title as a '# ' heading")
@@ -108,15 +84,11 @@ def pr_text_parts(text: str) -> tuple[str, str]:
 
 
 def commit_message(pr_md: Path) -> str:
-    """The commit message of the PR whose text is `pr_md`: its title line, a blank
-    line, then its body verbatim (committed with --cleanup=verbatim, so the `###`
-    headings stay and `gh pr create --fill` posts exactly this text)."""
     title, body = pr_text_parts(Path(pr_md).read_text())
     return f"{title}\n\n{body}\n"
 
 
-# `git apply`-able diffs of the op, one per base it was written against (copy.patch,
-# the design document's file, is the 5.0.2 one).  The installed base picks which one is checked/written.
+# the op's diff, per base it was written against
 PATCHES = {
     "5.0.2": REPO / "copy.patch",
     "main-2026-08-21": REPO / "copy-main-2026-08-21.patch",
@@ -124,7 +96,6 @@ PATCHES = {
 
 
 def patch_path() -> Path:
-    """The patch file for the base the installed flag_gems was composed from."""
     from copyfix.emulation import flag_gems_base
 
     base = flag_gems_base()
@@ -134,33 +105,23 @@ def patch_path() -> Path:
 
 
 def _copyfix_table() -> dict:
-    """pyproject's [tool.copyfix]."""
     return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["copyfix"]
 
 
-# The stack, in merge order, from pyproject's [[tool.copyfix.stack]].
 PRS = {
     e["name"]: PR(**e, text=f"docs/PR{n}.md", n=n)
     for n, e in enumerate(_copyfix_table()["stack"], 1)
 }
-# the KunlunXIN op's files as the whole stack leaves them (copy.patch is their diff)
 PR_FILES = [COPY_PY, STRIDED_COPY_PY]
 
 
 def preimages(path: str = COPY_PY) -> list[str]:
-    """pyproject's [tool.copyfix.preimages]: the sha256s of ``path``'s pre-images."""
     return _copyfix_table()["preimages"][path]
 
 
-def _is_head(rel: str, text: str, table: dict) -> bool:
-    digest = hashlib.sha256(text.encode()).hexdigest()
-    return digest in table.get("head-preimages", {}).get(rel, ())
-
-
 def check_preimage(tree: Path, pr: "PR", table=None, originals=None) -> None:
-    """Exit with a one-line reason unless `tree` holds a known pre-image of each base
-    file pr replaces or patches.  ``table``: pyproject's [tool.copyfix], if read;
-    ``originals``: the files' texts before this export's earlier PRs wrote them."""
+    """Exit unless `tree` (or ``originals``, texts before earlier PRs wrote them)
+    holds a known pre-image of each base file pr replaces or patches."""
     table = table or _copyfix_table()
     pre, head = table["preimages"], table.get("head-preimages", {})
     for path in pr.changed:
@@ -182,10 +143,8 @@ def check_preimage(tree: Path, pr: "PR", table=None, originals=None) -> None:
 
 
 def apply_pr(tree: Path, name: str, originals=None) -> list[str]:
-    """Write PR `name`'s files into the FlagGems tree `tree` (pre-images checked
-    first). Each file is made from its upstream text (``originals``, where an
-    earlier PR of the stack already wrote it): a whole file of the overlay (through
-    ``<file>.head.patch`` on upstream's head file), or the PR's patch applied."""
+    """Write PR `name`'s files into `tree` from their upstream texts (``originals``
+    where an earlier PR already wrote them); upstream's head file takes patches."""
     pr = PRS[name]
     table = _copyfix_table()
     check_preimage(tree, pr, table, originals)
@@ -195,8 +154,10 @@ def apply_pr(tree: Path, name: str, originals=None) -> list[str]:
         return originals[rel] if rel in originals else (tree / rel).read_text()
 
     def on_head(rel):  # (upstream's file is one of its head pre-images)
-        known = rel in originals or (tree / rel).is_file()
-        return known and _is_head(rel, upstream_text(rel), table)
+        if rel not in originals and not (tree / rel).is_file():
+            return False
+        digest = hashlib.sha256(upstream_text(rel).encode()).hexdigest()
+        return digest in table.get("head-preimages", {}).get(rel, ())
 
     for rel in pr.files:
         dst = tree / rel
@@ -209,7 +170,6 @@ def apply_pr(tree: Path, name: str, originals=None) -> list[str]:
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / rel, dst)
     for rel in pr.patched:
-        # a stage of the stack: the PR's patch on what the earlier PRs left
         patch = pr.patch_file(rel, on_head(rel))
         if not patch.is_file():
             continue  # (upstream's head file: this PR leaves it alone)
@@ -225,7 +185,6 @@ def apply_pr(tree: Path, name: str, originals=None) -> list[str]:
 
 
 def with_needs(name: str) -> list[str]:
-    """``name`` and every PR it needs, transitively, in stack order."""
     wanted, todo = set(), [name]
     while todo:
         n = todo.pop()
@@ -236,8 +195,7 @@ def with_needs(name: str) -> list[str]:
 
 
 def apply_stack(tree: Path, name: str) -> list[str]:
-    """PR ``name`` written into ``tree`` on top of the PRs it needs: the tree its
-    branch holds."""
+    """PR ``name`` written into ``tree`` on top of the PRs it needs."""
     names = with_needs(name)
     rels = dict.fromkeys(rel for n in names for rel in PRS[n].changed)
     originals = {r: (tree / r).read_text() for r in rels if (tree / r).is_file()}
@@ -246,9 +204,7 @@ def apply_stack(tree: Path, name: str) -> list[str]:
 
 
 def added_code(rel: str, upto: int = 0) -> str:
-    """The lines the stack's patches add to upstream's ``rel``, in stack order: the
-    tests and benchmarks its PRs append to upstream's own files (our code). With
-    ``upto``, only those of PRs 1 to ``upto``."""
+    """The lines PRs 1 to ``upto`` (0: all) add to upstream's ``rel``."""
     out = []
     for pr in PRS.values():
         if rel in pr.patched and (not upto or pr.n <= upto):
@@ -259,9 +215,7 @@ def added_code(rel: str, upto: int = 0) -> str:
 
 
 def main_shaped_copy(text: str) -> str:
-    """flag-gems 5.0.2's KunlunXIN copy.py as main of 2026-08-21 holds it, against
-    which the stack's stage patches are written: the licence header our files carry,
-    the module logger and two debug lines (checked by its recorded sha256)."""
+    """flag-gems 5.0.2's KunlunXIN copy.py as main of 2026-08-21 holds it."""
     if hashlib.sha256(text.encode()).hexdigest() == preimages(COPY_PY)[1]:
         return text  # (main's already)
     header = "".join((REPO / COPY_PY).read_text().splitlines(True)[:14])
@@ -281,15 +235,8 @@ def main_shaped_copy(text: str) -> str:
 
 
 def base_copy_text() -> str:
-    """The base's kunlunxin copy.py, as the editable build kept it."""
-    kept = (
-        REPO
-        / "build"
-        / "composed"
-        / "flag_gems"
-        / "_overlay_preimages"
-        / COPY_PY.split("flag_gems/", 1)[1]
-    )
+    pre = REPO / "build/composed/flag_gems/_overlay_preimages"
+    kept = pre / COPY_PY.split("flag_gems/", 1)[1]
     if not kept.is_file():
         raise SystemExit(
             f"{kept} missing: run `pip install -e .` (or `make venv`) first"
@@ -297,31 +244,18 @@ def base_copy_text() -> str:
     return kept.read_text()
 
 
-def _file_diff(pre_image: str, ours: str, path: str) -> str:
-    lines = difflib.unified_diff(
-        pre_image.splitlines(keepends=True),
-        ours.splitlines(keepends=True),
-        fromfile=f"a/{path}",
-        tofile=f"b/{path}",
+def make_patch(pre_image: str) -> str:
+    """The op's diff from `pre_image`, then strided_copy.py's as a new file."""
+    ours = (REPO / COPY_PY).read_text().splitlines(True)
+    diff = difflib.unified_diff(
+        pre_image.splitlines(True), ours, f"a/{COPY_PY}", f"b/{COPY_PY}"
     )
-    return f"diff --git a/{path} b/{path}\n" + "".join(lines)
-
-
-def make_patch(pre_image: str, path: str = COPY_PY) -> str:
-    """The op's diff from `pre_image`, followed by the module it adds (PR 1's
-    strided_copy.py, a new file: `new file mode`, from /dev/null)."""
-    diff = _file_diff(pre_image, (REPO / path).read_text(), path)
-    if path != COPY_PY:
-        return diff
-    new = (REPO / STRIDED_COPY_PY).read_text().splitlines(keepends=True)
-    added = difflib.unified_diff(
-        [], new, fromfile="/dev/null", tofile=f"b/{STRIDED_COPY_PY}"
-    )
+    new = (REPO / STRIDED_COPY_PY).read_text().splitlines(True)
+    added = difflib.unified_diff([], new, "/dev/null", f"b/{STRIDED_COPY_PY}")
     return (
-        diff
-        + f"diff --git a/{STRIDED_COPY_PY} b/{STRIDED_COPY_PY}\n"
-        + "new file mode 100644\n"
-        + "".join(added)
+        f"diff --git a/{COPY_PY} b/{COPY_PY}\n{''.join(diff)}"
+        f"diff --git a/{STRIDED_COPY_PY} b/{STRIDED_COPY_PY}\n"
+        f"new file mode 100644\n{''.join(added)}"
     )
 
 
@@ -337,22 +271,16 @@ def _git(checkout: Path, *args: str) -> str:
     ).stdout
 
 
-def _hook_args(config: dict, hook_id: str) -> list[str]:
-    for repo in config.get("repos", []):
-        for hook in repo.get("hooks", []):
-            if hook.get("id") == hook_id:
-                return [str(a) for a in hook.get("args", [])]
-    return []
-
-
 def upstream_lint(checkout: Path, files: list[str]) -> None:
-    """black, isort and flake8 with the arguments the checkout's pre-commit config gives them."""
+    """black, isort and flake8 with the checkout's pre-commit config's arguments."""
     config_path = checkout / ".pre-commit-config.yaml"
     config = yaml.safe_load(config_path.read_text()) if config_path.is_file() else {}
+    hooks = [h for repo in config.get("repos", []) for h in repo.get("hooks", [])]
     py = [f for f in files if f.endswith(".py")]
-    for tool in ("black", "isort", "flake8"):
-        check = {"black": ["--check"], "isort": ["--check-only"], "flake8": []}[tool]
-        cmd = [sys.executable, "-m", tool, *check, *_hook_args(config, tool), *py]
+    checks = {"black": ["--check"], "isort": ["--check-only"], "flake8": []}
+    for tool, check in checks.items():
+        args = next((h.get("args", []) for h in hooks if h.get("id") == tool), [])
+        cmd = [sys.executable, "-m", tool, *check, *map(str, args), *py]
         result = subprocess.run(cmd, cwd=checkout, capture_output=True, text=True)
         if result.returncode:
             raise SystemExit(
@@ -361,9 +289,7 @@ def upstream_lint(checkout: Path, files: list[str]) -> None:
 
 
 def export_pr(checkout: Path, names=None) -> dict[str, str]:
-    """One branch per PR, one commit each, in stack order: a PR's branch starts
-    from the branch of the last PR it needs (exported in this run or before), else
-    from the checkout's HEAD; {name: commit}."""
+    """One one-commit branch per PR, on its last need's branch, else on HEAD."""
     checkout = checkout.resolve()
     unknown = sorted(set(names or ()) - set(PRS))
     if unknown:
