@@ -1,26 +1,11 @@
-"""Compose flag_gems = pinned base + this repo's overlay.
+"""Compose flag_gems = pinned base + this repo's overlay (called by hatch_build.py).
 
-Harness file (not part of the upstream PR). Called by hatch_build.py for
-`pip install -e .` and for wheel builds:
-
-1. find the base: $FLAGGEMS_BASE (a FlagGems checkout, or a directory holding
-   flag_gems/) or else the flag-gems==5.0.2 that [build-system] installed;
-2. check that every base file an overlay file replaces, or an overlay patch
-   (``<file>.patch``, a unified diff: the few call-site lines PR 7 adds to
-   upstream's pointwise_dynamic.py) edits, is a known pre-image
-   ([tool.copyfix.preimages] in pyproject.toml), and stop naming the file and
-   both hashes if not. An overlay file whose base file is instead one of upstream's
-   head pre-images ([tool.copyfix.head-preimages]: the tle_copy-era kunlunxin
-   copy.py, absent from 5.0.2 and main of 2026-08-21) is not laid over it: its
-   ``<file>.head.patch`` is applied to it (PR 1 as upstream's head receives it);
-3. copy the base into a temporary folder, lay the overlay over it (symlinks for
-   editable installs, so edits are live; copies for wheels), keep the replaced
-   pre-images under flag_gems/_overlay_preimages/ (patched files are written
-   out, never symlinked: edit a patch, then compose again), write
-   flag_gems/_overlay_info.py, then swap the folder into build/composed. A
-   failure removes the temporary folder: nothing half-composed is left behind.
-
-From a shell (the device scripts: the base named by $FLAGGEMS_BASE):
+The base is $FLAGGEMS_BASE (a FlagGems checkout, or a directory holding flag_gems/)
+or else the installed flag-gems==5.0.2. Each base file an overlay file replaces or a
+``<file>.patch`` edits must be a known pre-image ([tool.copyfix.preimages]); on one of
+upstream's head pre-images an overlay file's ``<file>.head.patch`` is applied instead.
+The overlay is symlinked (editable) or copied (wheels) over a copy of the base in a
+temporary folder, swapped into build/composed when complete.
 
     PYTHONPATH=harness python -m copyfix.compose [--project DIR] [--no-editable]
 """
@@ -44,10 +29,7 @@ def sha256(path) -> str:
 
 
 def apply_patch(text: str, patch: str, name: str, reverse: bool = False) -> str:
-    """``text`` with the unified diff ``patch`` applied, hunk after hunk: each
-    hunk's old lines (context and removals) must follow the previous hunk, wherever
-    the base's line numbers put them (the pre-image's sha256 is checked first).
-    ``reverse``: take the patch back out (a patched file -> its pre-image)."""
+    """``text`` with ``patch`` applied (or taken out), hunks matched in order."""
     hunks, hunk = [], None
     for line in patch.splitlines(keepends=True):
         if line.startswith("@@"):
@@ -78,7 +60,6 @@ def apply_patch(text: str, patch: str, name: str, reverse: bool = False) -> str:
 
 
 def find_base() -> tuple[Path, str]:
-    """The base flag_gems package directory and a description of where it came from."""
     env = os.environ.get("FLAGGEMS_BASE")
     if env:
         root = Path(env).expanduser().resolve()
@@ -88,7 +69,6 @@ def find_base() -> tuple[Path, str]:
         raise RuntimeError(
             f"FLAGGEMS_BASE={env}: no flag_gems package found (looked for src/flag_gems, flag_gems)"
         )
-    # locates without importing (no device needed)
     spec = importlib.util.find_spec("flag_gems")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("flag-gems base not installed in the build environment")
@@ -103,7 +83,6 @@ def find_base() -> tuple[Path, str]:
 
 
 def head_patch(overlay_file: Path) -> Path:
-    """The patch an overlay file is applied as where the base is upstream's head."""
     return overlay_file.with_name(overlay_file.name + ".head.patch")
 
 
@@ -155,7 +134,7 @@ def compose(project: Path, editable: bool) -> Path:
             keep.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(base / rel, keep)
         for src in overlay:
-            dst = pkg / src.relative_to(project / OVERLAY_ROOT / "flag_gems")
+            dst = pkg / src.relative_to(root)
             if src in head_patched:
                 patch = head_patch(src)
                 dst.write_text(
@@ -196,8 +175,7 @@ def compose(project: Path, editable: bool) -> Path:
 
 
 def overlay_info(package: Path) -> dict:
-    """What ``package/_overlay_info.py`` (written by :func:`compose`) records, read by
-    path (no import of flag_gems); {} for a package that is not a composition."""
+    """``package/_overlay_info.py``'s values, read by path ({}: not composed)."""
     info = Path(package) / "_overlay_info.py"
     if not info.is_file():
         return {}
@@ -205,11 +183,8 @@ def overlay_info(package: Path) -> dict:
 
 
 def decompose(composed: Path, dst: Path, only=None) -> Path:
-    """Copy a composed flag_gems package to ``dst`` as its base had it: each replaced
-    or patched file's kept pre-image put back, files the overlay added left out, the
-    composition's own files left out. With ``only`` (paths relative to the package),
-    just those files go back to the base (a composition without one PR's files), and
-    the composition's own files stay."""
+    """Copy a composed package to ``dst`` as its base had it (with ``only``: just
+    those files go back to the base, and the composition's own files stay)."""
     shutil.copytree(
         composed, dst, symlinks=False, ignore=shutil.ignore_patterns("__pycache__")
     )
