@@ -1,23 +1,10 @@
 """``make test-triton TRITON=<version>``: the cpu emulation on another Triton.
 
-Harness file (not part of the upstream PR). FlagGems' backends pin Triton 3.0 to 3.6
-(upstream ``src/flag_gems/backends.yaml``); this repository's ``.venv`` has 3.6.0. For
-another version this sets up ``build/triton-<version>/``, a virtual environment that
-holds only that Triton (``pip install --no-deps``) and sees everything else, the same
-torch and the composed ``flag_gems`` included, through ``.venv``'s site-packages
-(a ``.pth`` file), then runs there:
-
-1. ``import flag_gems`` under the cpu emulation, for the base alone (the composed
-   package with every pre-image put back, ``compose.decompose``) and for the
-   composition; both must import, as PR 7 must not change whether FlagGems imports;
-2. the tests of :func:`test_files`: PR 1's, PR 2's and PR 4's PR tests and the tests of
-   the cache's off path everywhere, and PR 7's tests (PR and harness) where the cache
-   is active (every version it drives: 3.0-3.6).
-
-Each run writes its record, ``{triton, base_import, overlay_import, cache_active,
-passed, failed, skipped, reason}`` plus the op commit and the date, to
-``build/triton_matrix/<version>.json``; ``--record PATH`` (``make test-triton
-TRITON_RECORD=results/triton_matrix.json``) merges it into PATH, one record per version.
+``build/triton-<version>/`` is a venv holding only that Triton and seeing the rest of
+``.venv`` through a ``.pth``. There, ``import flag_gems`` must work for the base alone
+and for the composition, then the PR tests run (PR 7's only where the cache is
+active). The record goes to ``build/triton_matrix/<version>.json`` and, with
+``--record PATH``, is merged into PATH, one record per version.
 """
 
 from __future__ import annotations
@@ -32,24 +19,12 @@ from pathlib import Path
 from copyfix import records
 
 REPO = Path(__file__).resolve().parents[2]
-# (the generic copy_/_to_copy's own tests skip on the emulated KunlunXIN backend, and
-# the emulation's nvidia variant, where they run, needs Triton 3.6: the main run's
-# tests/overlay/test_generic_ops.py; here the generic ops are imported on each Triton)
-PR_TESTS = (
-    "tests/test_copy_ops.py",
-    "tests/test_to_copy_conversions.py",
-)
+PR_TESTS = ("tests/test_copy_ops.py", "tests/test_to_copy_conversions.py")
 CACHE_TESTS = ("tests/test_launch_cache.py", "tests/overlay/test_launch_cache.py")
 OFF_TESTS = ("tests/overlay/test_launch_cache_off.py",)
 
 
-def test_files(cache_active: bool) -> tuple[str, ...]:
-    """The test files for a Triton on which the composed cache is (not) active."""
-    return PR_TESTS + (CACHE_TESTS if cache_active else ()) + OFF_TESTS
-
-
 def venv(version: str) -> Path:
-    """build/triton-<version>/bin/python: that Triton, everything else from .venv."""
     root = REPO / "build" / f"triton-{version}"
     python = root / "bin" / "python"
     main_site = next((REPO / ".venv" / "lib").glob("python3.*/site-packages"))
@@ -105,7 +80,6 @@ print(json.dumps(out))
 
 
 def import_check(python: Path) -> dict:
-    """``import flag_gems`` (cpu emulation) for the base alone and composed."""
     from copyfix.compose import COMPOSED, decompose
 
     results = {}
@@ -128,21 +102,17 @@ def import_check(python: Path) -> dict:
     return results
 
 
-# The files whose last commit a record names as its op: PR 7 (the cache and its call
-# sites) and the ops whose PR tests the matrix runs.
+# the files whose last commit a record names as its op
 OP_FILES = (
     "src/flag_gems/utils/launch_cache.py",
     "src/flag_gems/utils/pointwise_dynamic.py.patch",
     "src/flag_gems/runtime/backend/_kunlunxin/ops",
     "src/flag_gems/ops",
 )
-
-
 NO_TESTS = {"passed": 0, "failed": 0, "skipped": 0}
 
 
 def _counts(junit: Path) -> dict:
-    """passed/failed/skipped of a pytest junit file (errors count as failed)."""
     if not junit.is_file():
         return dict(NO_TESTS)
     n = records.junit_counts(junit)
@@ -199,9 +169,8 @@ def main(argv=None) -> int:
         }
         _write(record(version, imports, dict(NO_TESTS), errors), out)
         return 1
-    # whether the cache drives this Triton: what the composed package said of itself
     cache_active = bool(imports["composed"].get("launch_cache"))
-    files = test_files(cache_active)
+    files = PR_TESTS + (CACHE_TESTS if cache_active else ()) + OFF_TESTS
     with tempfile.TemporaryDirectory(prefix="copyfix-matrix-") as tmp:
         junit = Path(tmp) / "junit.xml"
         cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
