@@ -14,36 +14,27 @@ import warnings
 from copyfix import emulation, tracking
 
 
-def _cases(torch, device):
+def _cases(torch):
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(128, generator=gen)
     x = torch.randn(64, 48, generator=gen)
     mask = torch.rand(2, 1, 1, 16, generator=gen) > 0.5
-
-    def case(name, src_cpu, view, dst_dtype):
-        shape = view(src_cpu).shape
-        return name, src_cpu, view, shape, dst_dtype
-
+    mask_name = "SDPA mask (2,1,1,16)->(2,8,16,16) bool"
     return [
-        case("a.expand(4,128) -> fp32", a, lambda t: t.expand(4, 128), torch.float32),
-        case("a.expand(4,128) -> bf16", a, lambda t: t.expand(4, 128), torch.bfloat16),
-        case("x.t() -> fp32", x, lambda t: t.t(), torch.float32),
-        case(
-            "SDPA mask (2,1,1,16)->(2,8,16,16) bool",
-            mask,
-            lambda t: t.expand(2, 8, 16, 16),
-            torch.bool,
-        ),
+        ("a.expand(4,128) -> fp32", a, lambda t: t.expand(4, 128), torch.float32),
+        ("a.expand(4,128) -> bf16", a, lambda t: t.expand(4, 128), torch.bfloat16),
+        ("x.t() -> fp32", x, lambda t: t.t(), torch.float32),
+        (mask_name, mask, lambda t: t.expand(2, 8, 16, 16), torch.bool),
     ]
 
 
 def _run(torch, module, device, cases, dispatched=False):
-    """Run each case through module.copy_ (or Tensor.copy_ under flag_gems.use_gems);
-    report the path taken and bit-exactness."""
+    """(case, path taken, outcome) of module.copy_, or of Tensor.copy_ under use_gems."""
     import flag_gems
 
     rows = []
-    for name, src_cpu, view, shape, dst_dtype in cases:
+    for name, src_cpu, view, dst_dtype in cases:
+        shape = view(src_cpu).shape
         dst = torch.zeros(shape, dtype=dst_dtype, device=device)
         src = view(src_cpu.to(device))
         try:
@@ -65,7 +56,6 @@ def _run(torch, module, device, cases, dispatched=False):
 
 
 def main() -> int:
-    # flag_gems' device probe warns on a machine without its device; not news here
     warnings.filterwarnings("ignore", message=r"\[device_info\]")
     mode = emulation.activate()
     import torch
@@ -79,7 +69,7 @@ def main() -> int:
     )
     print(describe())
     device = emulation.device()
-    cases = _cases(torch, device)
+    cases = _cases(torch)
     ours, base = emulation.copy_module(), emulation.base_copy_module()
     failures = 0
     # (title, module, dispatched): the base's copy_ must fail, ours must not
@@ -91,16 +81,14 @@ def main() -> int:
             "\n(b) after: not there yet: no overlay copy.py is installed over the base."
         )
     else:
-        sections.append(
-            ("(b) after: this repository's kunlunxin copy_, direct call", ours, False)
-        )
-        sections.append(
+        sections += [
+            ("(b) after: this repository's kunlunxin copy_, direct call", ours, False),
             (
                 "(b) after: Tensor.copy_ under flag_gems.use_gems (torch dispatch)",
                 ours,
                 True,
-            )
-        )
+            ),
+        ]
     for title, module, dispatched in sections:
         expect_failure = module is base
         print(f"\n{title}  [{module.__file__}]")
@@ -109,9 +97,7 @@ def main() -> int:
             bad = outcome.startswith(("FAILED", "MISMATCH"))
             if bad != expect_failure:
                 failures += 1
-                why = (
-                    "the bug did not reproduce" if expect_failure else "the fix failed"
-                )
+                why = ("the fix failed", "the bug did not reproduce")[expect_failure]
                 print(f"    ^ unexpected: {why}")
     if failures:
         print(f"\n{failures} unexpected outcome(s)")
