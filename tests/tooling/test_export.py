@@ -27,11 +27,6 @@ def git(repo, *args):
     ).stdout
 
 
-def commit(repo, *args):
-    ci = ("-c", "user.email=ci@example.com", "-c", "user.name=ci")
-    git(repo, *ci, "commit", "-q", *args)
-
-
 # Stand-ins for upstream's test and benchmark files (which this repository must not
 # hold): their imports, and a function ending in the context lines PR 1's patch
 # appends after, so that the exported file parses and passes upstream's lint.
@@ -58,11 +53,13 @@ def _stand_in(rel: str) -> str:
 
 @pytest.fixture
 def upstream(tmp_path, monkeypatch):
-    """A git repo laid out like FlagGems, built from the base the build kept, with
-    stand-ins for upstream's tests/test_copy.py and benchmark/test_copy.py (their
-    sha256 taken as known pre-images for this test)."""
+    """A FlagGems-shaped git repo from the kept base, with stand-ins (known pre-images
+    here) for upstream's tests/test_copy.py and benchmark/test_copy.py."""
     import flag_gems
 
+    for var in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{var}_NAME", "ci")
+        monkeypatch.setenv(f"GIT_{var}_EMAIL", "ci@example.com")
     repo = tmp_path / "FlagGems"
     compose.decompose(Path(flag_gems.__file__).parent, repo / "src" / "flag_gems")
     target = repo / export.COPY_PY  # (the stack is written against main's)
@@ -76,7 +73,7 @@ def upstream(tmp_path, monkeypatch):
     (repo / ".pre-commit-config.yaml").write_text(PRE_COMMIT)
     git(tmp_path, "init", "-q", "-b", "master", str(repo))
     git(repo, "add", "-A")
-    commit(repo, "-m", "base")
+    git(repo, "commit", "-q", "-m", "base")
     return repo
 
 
@@ -95,14 +92,7 @@ def test_copy_patch_applies_to_the_base(upstream):
     ).read_text()
 
 
-@pytest.fixture
-def ci_identity(monkeypatch):
-    for var in ("AUTHOR", "COMMITTER"):
-        monkeypatch.setenv(f"GIT_{var}_NAME", "ci")
-        monkeypatch.setenv(f"GIT_{var}_EMAIL", "ci@example.com")
-
-
-def test_make_pr_commits_pr1_as_the_patches_alone(upstream, ci_identity):
+def test_make_pr_commits_pr1_as_the_patches_alone(upstream):
     base = git(upstream, "rev-parse", "HEAD").strip()
     pre = (upstream / export.COPY_PY).read_text()
     sha = export.export_pr(upstream, ["strided-copy"])["strided-copy"]
@@ -129,13 +119,13 @@ def test_make_pr_commits_pr1_as_the_patches_alone(upstream, ci_identity):
 def test_make_pr_refuses_an_unknown_pre_image(upstream):
     target = upstream / export.COPY_PY
     target.write_text(target.read_text() + "\n# a later upstream change\n")
-    commit(upstream, "-am", "drift")
+    git(upstream, "commit", "-q", "-am", "drift")
     with pytest.raises(SystemExit, match="not a known pre-image"):
         export.export_pr(upstream, ["strided-copy"])
     assert git(upstream, "rev-parse", "--abbrev-ref", "HEAD").strip() == "master"
 
 
-def test_make_pr_exports_the_stack_in_order(upstream, ci_identity):
+def test_make_pr_exports_the_stack_in_order(upstream):
     base = git(upstream, "rev-parse", "HEAD").strip()
     shas = export.export_pr(upstream)
     assert list(shas) == list(export.PRS)  # merge order
@@ -197,15 +187,10 @@ def test_the_kunlunxin_stages_chain_to_the_fork_s_files(upstream):
 
 @pytest.mark.parametrize("name", sorted(export.PRS))
 def test_commit_message_is_the_pr_text_itself(name):
-    # what a maintainer receives is the PR text: its title, a blank line, then the rest
-    # of the file verbatim, in FlagGems' template and within its length
+    # its title, a blank line, then the rest verbatim (pr.message checks the template)
     pr = export.PRS[name]
     lines = (export.REPO / pr.text).read_text().rstrip("\n").splitlines()
     assert pr.message == f"{lines[0][2:]}\n\n" + "\n".join(lines[1:]).strip("\n") + "\n"
-    assert len(lines) <= 30
-    headings = [line for line in lines if line.startswith("### ")]
-    assert headings == [f"### {h}" for h in export.TEMPLATE_HEADINGS]
-    assert len(lines) - lines.index("### Performance") <= 6
     for private in ("results/", "copyfix", "make ", "harness", "docs/"):
         assert private not in "\n".join(lines), private  # nothing a maintainer lacks
 

@@ -23,8 +23,7 @@ def _pristine_base_copy() -> Path:
 
 
 def _fake_checkout(root: Path, copy_text: bytes) -> Path:
-    """A FlagGems-shaped checkout: src/flag_gems with the kunlunxin copy.py given, and
-    the base's own pre-image of every other file the overlay replaces."""
+    """src/flag_gems: the copy.py given, the base's pre-images of the other files."""
     import flag_gems
 
     pkg = root / "src" / "flag_gems"
@@ -41,8 +40,7 @@ def _fake_checkout(root: Path, copy_text: bytes) -> Path:
 
 
 def _project(tmp_path, monkeypatch, edit=b""):
-    """(a copy of this repository's overlay and pyproject, to compose without touching
-    build/; the fake checkout FLAGGEMS_BASE names, its copy.py the base's + ``edit``)."""
+    """(a copy of the overlay; FLAGGEMS_BASE, a checkout: the base's copy.py + edit)"""
     proj = tmp_path / "proj"
     shutil.copytree(REPO / "src", proj / "src")
     shutil.copy(REPO / "pyproject.toml", proj / "pyproject.toml")
@@ -129,7 +127,6 @@ def test_base_path_without_flag_gems_is_refused(tmp_path, monkeypatch):
 
 def test_failure_during_layout_removes_the_temporary_tree(tmp_path, monkeypatch):
     proj, base = _project(tmp_path, monkeypatch)
-
     monkeypatch.setattr(
         compose.shutil, "copy2", mock.Mock(side_effect=OSError("disk full"))
     )
@@ -151,13 +148,12 @@ def test_decompose_only_puts_back_the_named_files(tmp_path):
     import flag_gems
 
     composed = Path(flag_gems.__file__).parent
-    replaced = COPY_REL
     added = "runtime/backend/_kunlunxin/ops/strided_copy.py"
     kept = "utils/launch_cache.py"
-    out = compose.decompose(composed, tmp_path / "flag_gems", only=[replaced, added])
-    pre = composed / "_overlay_preimages" / replaced
-    assert (out / replaced).read_bytes() == pre.read_bytes()
-    assert (out / replaced).read_bytes() != (composed / replaced).read_bytes()
+    out = compose.decompose(composed, tmp_path / "flag_gems", only=[COPY_REL, added])
+    pre = composed / "_overlay_preimages" / COPY_REL
+    assert (out / COPY_REL).read_bytes() == pre.read_bytes()
+    assert (out / COPY_REL).read_bytes() != (composed / COPY_REL).read_bytes()
     assert not (out / added).exists()
     assert (out / kept).read_bytes() == (composed / kept).read_bytes()
     assert (out / "_overlay_info.py").is_file()
