@@ -1,7 +1,4 @@
-"""PR 3's launch cache (flag_gems/utils/launch_cache.py) beyond the PR's own test:
-hits, misses per key field, per-launch device/stream/hooks, threads, recording credit,
-fallbacks, and bit-exact results against the uncached path (the cache is opt-in: the
-autouse fixture turns it on; cpu mode runs Triton's interpreter)."""
+"""PR 3's launch cache: hits, key misses, threads, credit, fallbacks, bit-exactness."""
 
 import contextlib
 import hashlib
@@ -62,7 +59,6 @@ def rand(*shape, dtype=torch.float32, seed=0):
 
 
 def uncached(call, *tensors):
-    """``call`` on clones of ``tensors`` with the cache off: what the base computes."""
     clones = [t.clone() for t in tensors]
     with lc.enabled(False):
         return call(*clones), clones
@@ -73,19 +69,16 @@ def axpy(x, f=F):
 
 
 def ref(x, f=F):
-    """``axpy(x, f)`` as the uncached path computes it."""
     return uncached(lambda a: axpy(a, f), x)[0]
 
 
 def check(x, times=N, f=F):
-    """``axpy(x, f)`` ``times`` times, each bit-exact to the uncached path."""
     want = ref(x, f)
     for _ in range(times):
         assert same(axpy(x, f), want)
 
 
 def same(a, b):
-    """Bit for bit, with the same layout."""
     if isinstance(a, tuple):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     layout = a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride()
@@ -98,25 +91,19 @@ def counts(cache=CACHE):
 
 
 def warm(x):
-    """``axpy(x)`` until its signature holds a plan (the last call records it)."""
     for _ in range(N):
         axpy(x)
 
 
 def _recordings():
-    """A spy on lc._plan: how many calls were recorded (a plan built)."""
     return mock.patch.object(lc, "_plan", wraps=lc._plan)
 
 
 @pytest.fixture(autouse=True)
 def fresh_plans():
-    """The cache turned on (it is opt-in) with no plan, the setting restored after."""
     with lc.enabled(True):
         lc.clear()
         yield
-
-
-# ----------------------------------------------------------------- hits and misses
 
 
 def test_first_calls_are_the_uncached_path_and_a_hit_skips_it():
@@ -186,7 +173,6 @@ def _float64(call, *args):
 
 
 def _signature_pairs():
-    """(name, call A, call B): B differs from A in exactly one key field."""
     x = rand(4, 6)
     f32 = lambda f, a, s=2.0, b=None, **kw: f(a, s, a if b is None else b, **kw)  # noqa: E731
     big = torch.empty(4 * 6 + 1, device=DEV)
@@ -217,7 +203,6 @@ PAIRS = sorted(_signature_pairs())
 
 
 def _scenario(field):
-    """Call B, after A was recorded, misses and is bit-exact to the uncached path."""
     a, b = _signature_pairs()[field]
     for _ in range(N + 1):  # recorded, then a hit of A's plan
         a(F)
@@ -229,7 +214,6 @@ def _scenario(field):
 
 
 def _dropping(field):
-    """lc._key with one field dropped: what a careless key would hold."""
     stock_key = lc._key
     tensor_field = {"dtype": 0, "shape": 1, "stride": 2, "broadcast": 1, "alignment": 4}
     int_field = {"int_class": 3, "int_is_one": 1, "int_div16": 2}
@@ -312,7 +296,6 @@ def test_current_device_and_stream_are_read_at_each_launch():
 
 @contextlib.contextmanager
 def _enter_hook(hook):
-    """A launch-enter hook where this Triton keeps it (HookChain or plain attribute)."""
     holder = emulation.interpreter.hook_holder()
     chain = holder.launch_enter_hook
     if hasattr(chain, "add"):
@@ -337,9 +320,6 @@ def test_launch_hooks_see_every_launch():
         before = len(seen)
         axpy(x)  # a hit
     assert CACHE.hits == 1 and len(seen) == before + 1 and seen[-1] is not None
-
-
-# ----------------------------------------------------------------- results
 
 
 LAYOUTS = {
@@ -437,9 +417,6 @@ def test_a_call_without_one_recorded_launch_is_not_cached(calls):
         assert same(cache(fn, (x,), {}), uncached(fn, x)[0])
     assert cache.plans and all(p is lc._UNCACHEABLE for p in cache.plans.values())
     assert cache.hits == 0
-
-
-# ----------------------------------------------------------------- bounds and credit
 
 
 def test_plans_are_bounded():
@@ -577,9 +554,6 @@ def test_a_count_cleared_before_its_admission_still_records():
         with _recordings() as plan:
             check(rand(3, 4), N + 1)  # counted, recorded, hit
     assert plan.call_count == 1 and CACHE.hits == 1
-
-
-# ----------------------------------------------------------------- the module
 
 
 def test_wrapper_files_are_named_by_their_source():
@@ -736,9 +710,6 @@ def test_kunlunxin_pointwise_dynamic_is_untouched():
     assert not hasattr(f, "_launch_cache")
     check(x, N + 1, f)
     assert lc.stats()["hits"] == 0
-
-
-# ----------------------------------------------------------------- fallbacks
 
 
 def test_a_launcher_that_refuses_the_arguments_falls_back():

@@ -1,7 +1,4 @@
-"""PR 3's launch cache where it is off: by default (it is opt-in), on a Triton whose
-launcher it does not drive (anything outside 3.0-3.6), or switched off (the Triton
-matrix runs this file on every version).  Every call then takes the uncached path: the same results, no plan,
-no remembered signature, and ``set_enabled(True)`` cannot turn it on."""
+"""PR 3's launch cache when off (default, unknown Triton, disabled): uncached."""
 
 import os
 
@@ -33,7 +30,6 @@ AXPY = pointwise_dynamic(
 
 @pytest.fixture
 def off():
-    """The cache as this Triton leaves it, switched off where it is active."""
     with lc.enabled(False):
         lc.clear()
         yield
@@ -48,8 +44,6 @@ def test_on_exactly_where_the_launcher_is_known():
 
 
 def test_off_unless_asked_for():
-    """On only where FLAGGEMS_LAUNCH_CACHE=1 asked for it (the tests that turn it on
-    restore the setting)."""
     asked = os.environ.get("FLAGGEMS_LAUNCH_CACHE") == "1"
     assert lc.is_enabled() == (asked and lc._ABI_KNOWN)
 
