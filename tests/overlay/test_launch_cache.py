@@ -268,25 +268,16 @@ def test_current_device_and_stream_are_read_at_each_launch():
     x = rand(4, 6)
     warm(x)
     driver = triton.runtime.driver.active
-    streams = []
-    stock_stream = driver.get_current_stream
-
-    def stream(device=None):
-        streams.append(device)
-        return stock_stream(device)
-
-    with mock.patch.object(driver, "get_current_stream", side_effect=stream):
+    with mock.patch.object(
+        driver, "get_current_stream", wraps=driver.get_current_stream
+    ) as stream:
         axpy(x)
         axpy(x)
-    assert len(streams) == 2  # one read per hit
+    assert stream.call_count == 2  # one read per hit
     (plan,) = CACHE.plans.values()
     stock_device = driver.get_current_device
     answers = iter([plan.device + 1])  # the cache's read sees another device current
-
-    def device():
-        other = next(answers, None)
-        return stock_device() if other is None else other
-
+    device = lambda: next(answers, None) or stock_device()  # noqa: E731
     with mock.patch.object(driver, "get_current_device", side_effect=device):
         hits = CACHE.hits
         got = axpy(x)  # the uncached path, with its device guard
@@ -399,7 +390,13 @@ def test_calls_it_cannot_key_stay_uncached():
         wrapper(buf, 2.0, buf, out0=out)  # a StridedBuffer (flip's, say)
     with contextlib.suppress(Exception):
         F(x.to_sparse(), 2.0, x)  # sparse: no strides
-    assert not wrapper.launch_cache.plans and not CACHE.plans
+    with (
+        mock.patch.object(lc, "_HAS_NAMES", True),  # named tensors (torch < 2.13)
+        mock.patch.object(torch.Tensor, "has_names", lambda self: True, create=True),
+    ):
+        assert lc._key((x,), {}, ()) is None
+        warm(x)
+    assert not wrapper.launch_cache.plans and not CACHE.plans and not CACHE.seen
     for _ in range(N):
         F(x, torch.tensor(2.0).numpy().item() * 1, x)  # a float: keyed
     assert len(CACHE.plans) == 1
@@ -611,6 +608,13 @@ def test_the_launcher_convention_is_this_tritons():
     assert lc._CONSTEXPRS_PASSED == emulation.interpreter.constexprs_in_launch()
 
 
+def _run(*threads):
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def test_threads_share_plans_without_torn_entries():
     inputs = [rand(n, 5, seed=n) for n in (2, 3, 4, 5)]
     want = [ref(x) for x in inputs]
@@ -624,11 +628,7 @@ def test_threads_share_plans_without_torn_entries():
             if not same(axpy(inputs[j]), want[j]):
                 errors.append((k, i))
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _run(*[threading.Thread(target=work, args=(k,)) for k in range(6)])
     assert not errors
     assert len(CACHE.plans) == len(inputs)
     for plan in CACHE.plans.values():
@@ -661,12 +661,9 @@ def test_threads_count_signatures_while_another_clears():
     sys.setswitchinterval(1e-6)
     try:
         with mock.patch.object(lc, "MAX_SEEN", 3):
-            threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
             cleaner = threading.Thread(target=clearing)
-            for t in (*threads, cleaner):
-                t.start()
-            for t in threads:
-                t.join()
+            cleaner.start()
+            _run(*[threading.Thread(target=work, args=(k,)) for k in range(4)])
             done.set()
             cleaner.join()
     finally:
@@ -741,19 +738,6 @@ def test_what_the_key_leaves_out_does_not_change_the_launch():
         assert same(got, want)
         assert not got.is_neg() and not got.requires_grad
     assert CACHE.hits == len(variants) - N
-
-
-def test_named_tensors_stay_uncached():
-    """Named tensors (torch < 2.13, stood in for) cannot be keyed."""
-    x = rand(4, 6)
-    assert lc._key((x,), {}, ()) is not None
-    with (
-        mock.patch.object(lc, "_HAS_NAMES", True),
-        mock.patch.object(torch.Tensor, "has_names", lambda self: True, create=True),
-    ):
-        assert lc._key((x,), {}, ()) is None
-        warm(x)
-        assert not CACHE.plans and not CACHE.seen
 
 
 def test_a_misaligned_allocation_takes_the_uncached_path():

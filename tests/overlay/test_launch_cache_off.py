@@ -28,33 +28,23 @@ AXPY = pointwise_dynamic(
 )(_axpy)
 
 
-@pytest.fixture
-def off():
-    with lc.enabled(False):
-        lc.clear()
-        yield
-
-
-def test_on_exactly_where_the_launcher_is_known():
+def test_on_only_where_asked_for_and_the_launcher_is_known():
     with lc.enabled(True):
         assert lc.is_enabled() == lc._ABI_KNOWN
         assert lc._ABI_KNOWN == (
             lc._launcher_convention(triton.__version__) is not None
         )
-
-
-def test_off_unless_asked_for():
     asked = os.environ.get("FLAGGEMS_LAUNCH_CACHE") == "1"
     assert lc.is_enabled() == (asked and lc._ABI_KNOWN)
 
 
-def test_every_call_is_the_uncached_path(off):
-    f = AXPY
+def test_every_call_is_the_uncached_path():
+    lc.clear()
     for seed in range(4):
-        g = torch.Generator().manual_seed(seed)
-        x = torch.randn(6, 8, generator=g).to(DEV)
-        got = f(x.t(), 0.5, x.t())
+        x = torch.randn(6, 8, generator=torch.Generator().manual_seed(seed)).to(DEV)
+        with lc.enabled(False):
+            got = AXPY(x.t(), 0.5, x.t())
         assert got.stride() == x.t().stride() or got.is_contiguous()
         assert torch.equal(got, x.t() * 0.5 + x.t())  # exact in fp32: x*0.5 + x
-    assert not f._launch_cache.plans and not f._launch_cache.seen
+    assert not AXPY._launch_cache.plans and not AXPY._launch_cache.seen
     assert lc.stats() == {"hits": 0, "misses": 0, "recordings": 0, "plans": 0}
