@@ -277,7 +277,7 @@ def test_current_device_and_stream_are_read_at_each_launch():
     (plan,) = CACHE.plans.values()
     stock_device = driver.get_current_device
     answers = iter([plan.device + 1])  # the cache's read sees another device current
-    device = lambda: next(answers, None) or stock_device()  # noqa: E731
+    device = lambda: next(answers, stock_device())  # noqa: E731
     with mock.patch.object(driver, "get_current_device", side_effect=device):
         hits = CACHE.hits
         got = axpy(x)  # the uncached path, with its device guard
