@@ -44,6 +44,7 @@ def test_every_call_is_the_uncached_path():
         x = torch.randn(6, 8, generator=torch.Generator().manual_seed(seed)).to(DEV)
         with lc.enabled(False):
             got = AXPY(x.t(), 0.5, x.t())
+            assert not lc.is_enabled()
         assert got.stride() == x.t().stride() or got.is_contiguous()
         assert torch.equal(got, x.t() * 0.5 + x.t())  # exact in fp32: x*0.5 + x
     assert not AXPY._launch_cache.plans and not AXPY._launch_cache.seen
