@@ -95,8 +95,12 @@ def warm(x):
         axpy(x)
 
 
-def _recordings():
-    return mock.patch.object(lc, "_plan", wraps=lc._plan)
+@contextlib.contextmanager
+def _recordings(**limits):
+    """A spy on lc._plan (called once per recording), under lc's ``limits``."""
+    with mock.patch.multiple(lc, **limits) if limits else contextlib.nullcontext():
+        with mock.patch.object(lc, "_plan", wraps=lc._plan) as plan:
+            yield plan
 
 
 @pytest.fixture(autouse=True)
@@ -284,16 +288,13 @@ def test_current_device_and_stream_are_read_at_each_launch():
 def _enter_hook(hook):
     holder = emulation.interpreter.hook_holder()
     chain = holder.launch_enter_hook
-    if hasattr(chain, "add"):
-        chain.add(hook)
-        undo = lambda: chain.remove(hook)  # noqa: E731
-    else:
-        holder.launch_enter_hook = hook
-        undo = lambda: setattr(holder, "launch_enter_hook", chain)  # noqa: E731
-    try:
+    with contextlib.ExitStack() as stack:
+        if hasattr(chain, "add"):  # a HookChain
+            chain.add(hook)
+            stack.callback(chain.remove, hook)
+        else:
+            stack.enter_context(mock.patch.object(holder, "launch_enter_hook", hook))
         yield
-    finally:
-        undo()
 
 
 def test_launch_hooks_see_every_launch():
@@ -411,26 +412,6 @@ def test_a_call_without_one_recorded_launch_is_not_cached(calls):
     assert cache.hits == 0
 
 
-def test_plans_are_bounded():
-    with mock.patch.object(lc, "MAX_PLANS", 4):
-        for n in range(1, 7):
-            for _ in range(N):  # counted, then recorded
-                F(rand(n, 3), 2.0, rand(n, 3))
-        assert len(CACHE.plans) == 4
-        misses = CACHE.misses
-        F(rand(1, 3), 2.0, rand(1, 3))  # the oldest plan (never hit) was dropped
-        assert CACHE.misses == misses + 1
-
-
-def test_one_off_signatures_are_only_remembered():
-    with mock.patch.object(lc, "MAX_SEEN", 3), _recordings() as plan:
-        for n in range(1, 9):
-            check(rand(n, 2), 1)
-        assert plan.call_count == 0 and not CACHE.plans
-        assert 0 < len(CACHE.seen) <= 3  # bounded (emptied when full)
-        assert all(type(k) is int for k in CACHE.seen)  # hashes, not keys
-
-
 def test_signatures_of_one_hash_keep_their_own_plans():
     """With every key hashing alike, each plan is still found by its whole key."""
     xs = [rand(n, 2, seed=n) for n in range(1, 5)]
@@ -447,8 +428,7 @@ def test_recordings_that_are_never_hit_run_out_of_credit():
     """Recording stops once the credit is spent, and hits earn it back."""
     xs = [rand(n, 2, seed=n) for n in range(1, 7)]
     want = [ref(x) for x in xs]
-    credit = mock.patch.multiple(lc, RECORD_CREDIT=2, MISSES_PER_RECORDING=10**6)
-    with credit, _recordings() as plan:
+    with _recordings(RECORD_CREDIT=2, MISSES_PER_RECORDING=10**6) as plan:
         for x, w in zip(xs, want):
             for _ in range(N):
                 assert same(axpy(x), w)
@@ -466,8 +446,7 @@ def test_recordings_that_are_never_hit_run_out_of_credit():
 
 def test_without_hits_recording_goes_on_at_one_per_misses_per_recording():
     """With no credit and no hit, recording trickles at one per MISSES_PER_RECORDING."""
-    credit = mock.patch.multiple(lc, RECORD_CREDIT=0, MISSES_PER_RECORDING=4)
-    with credit, _recordings() as plan:
+    with _recordings(RECORD_CREDIT=0, MISSES_PER_RECORDING=4) as plan:
         for n in range(1, 9):  # 8 signatures, N calls each
             warm(rand(n, 2, seed=n))
         assert CACHE.misses == 8 * N and CACHE.hits == 0
@@ -475,12 +454,14 @@ def test_without_hits_recording_goes_on_at_one_per_misses_per_recording():
 
 
 def test_a_run_of_one_off_signatures_banks_no_recordings():
-    """Misses fill the credit only up to RECORD_CREDIT (no burst after one-off runs)."""
-    credit = mock.patch.multiple(lc, RECORD_CREDIT=1, MISSES_PER_RECORDING=8)
-    with credit, _recordings() as plan:
-        for n in range(1, 101):
-            check(rand(n, 3, seed=n), 1)
-        assert plan.call_count == 0 and CACHE.misses == 100
+    """One-offs are only counted (in a bounded set); credit stops at RECORD_CREDIT."""
+    with _recordings(RECORD_CREDIT=1, MISSES_PER_RECORDING=8) as plan:
+        with mock.patch.object(lc, "MAX_SEEN", 3):
+            for n in range(1, 101):
+                check(rand(n, 3, seed=n), 1)
+            assert 0 < len(CACHE.seen) <= 3  # bounded (emptied when full)
+            assert all(type(k) is int for k in CACHE.seen)  # hashes, not keys
+        assert plan.call_count == 0 and not CACHE.plans and CACHE.misses == 100
         for n in range(1, 9):  # 8 signatures, N calls each, never called again
             check(rand(n, 5, seed=n))
         late = 8 * N  # the misses since the one-off run
@@ -492,10 +473,8 @@ def test_a_run_of_one_off_signatures_banks_no_recordings():
 
 def test_a_run_of_hits_banks_at_most_max_credit_recordings():
     """Hits fill the credit only up to MAX_CREDIT."""
-    credit = mock.patch.multiple(
-        lc, RECORD_CREDIT=1, MAX_CREDIT=3, MISSES_PER_RECORDING=10**6
-    )
-    with credit, _recordings() as plan:
+    limits = dict(RECORD_CREDIT=1, MAX_CREDIT=3, MISSES_PER_RECORDING=10**6)
+    with _recordings(**limits) as plan:
         check(rand(2, 2, seed=1), N + 60)  # counted, recorded, then 60 hits
         assert CACHE.hits == 60 and plan.call_count == 1
         for n in range(3, 15):  # 12 signatures, N calls each, never called again
@@ -508,7 +487,7 @@ def test_a_round_robin_over_more_signatures_than_the_cap_keeps_its_plans():
     """The clock (not FIFO) keeps its plans and records nothing in steady state."""
     xs = [rand(n, 2, seed=n) for n in range(1, 7)]
     want = [ref(x) for x in xs]
-    with mock.patch.object(lc, "MAX_PLANS", 4), _recordings() as plan:
+    with _recordings(MAX_PLANS=4) as plan:
         for _ in range(N + 1):  # warm-up cycles
             for x in xs:
                 axpy(x)
@@ -516,7 +495,7 @@ def test_a_round_robin_over_more_signatures_than_the_cap_keeps_its_plans():
         for _ in range(3):
             for x, w in zip(xs, want):
                 assert same(axpy(x), w)
-        assert CACHE.hits - hits == 3 * 4  # the 4 plans held hit each cycle
+        assert CACHE.hits - hits == 3 * 4 == 3 * len(CACHE.plans)  # 4 held, hit
         assert plan.call_count == recorded  # and nothing more was recorded
 
 
