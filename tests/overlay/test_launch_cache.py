@@ -574,28 +574,32 @@ def test_the_launcher_convention_is_this_tritons():
     assert lc._CONSTEXPRS_PASSED == emulation.interpreter.constexprs_in_launch()
 
 
-def _run(*threads):
-    for t in threads:
+def _hammer(inputs, threads, calls, pick):
+    """``threads`` threads calling axpy on ``inputs[pick(k, i)]``: their mismatches."""
+    want = [ref(x) for x in inputs]
+    errors, barrier = [], threading.Barrier(threads)
+
+    def work(k):
+        barrier.wait()
+        try:
+            for i in range(calls):
+                j = pick(k, i) % len(inputs)
+                if not same(axpy(inputs[j]), want[j]):
+                    errors.append((k, i))
+        except Exception as e:  # noqa: BLE001 (reported by the caller)
+            errors.append(e)
+
+    workers = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+    for t in workers:
         t.start()
-    for t in threads:
+    for t in workers:
         t.join()
+    return errors
 
 
 def test_threads_share_plans_without_torn_entries():
     inputs = [rand(n, 5, seed=n) for n in (2, 3, 4, 5)]
-    want = [ref(x) for x in inputs]
-    errors = []
-    barrier = threading.Barrier(6)
-
-    def work(k):
-        barrier.wait()
-        for i in range(12):
-            j = (i + k) % len(inputs)
-            if not same(axpy(inputs[j]), want[j]):
-                errors.append((k, i))
-
-    _run(*[threading.Thread(target=work, args=(k,)) for k in range(6)])
-    assert not errors
+    assert not _hammer(inputs, 6, 12, lambda k, i: i + k)
     assert len(CACHE.plans) == len(inputs)
     for plan in CACHE.plans.values():
         assert plan.kernel is not None and len(plan.grid) == 3 and plan.outs
@@ -604,35 +608,21 @@ def test_threads_share_plans_without_torn_entries():
 def test_threads_count_signatures_while_another_clears():
     """Unlocked counting while another thread clears: uncached results, bounded counts."""
     inputs = [rand(n, 3, seed=n) for n in range(1, 9)]
-    want = [ref(x) for x in inputs]
-    errors, done = [], threading.Event()
-    barrier = threading.Barrier(5)
-
-    def work(k):
-        barrier.wait()
-        try:
-            for i in range(40):
-                j = (i * (k + 1)) % len(inputs)
-                if not same(axpy(inputs[j]), want[j]):
-                    errors.append((k, i))
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append(e)
+    done = threading.Event()
 
     def clearing():
-        barrier.wait()
         while not done.is_set():
             lc.clear()
 
-    interval = sys.getswitchinterval()
+    cleaner, interval = threading.Thread(target=clearing), sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     try:
         with mock.patch.object(lc, "MAX_SEEN", 3):
-            cleaner = threading.Thread(target=clearing)
             cleaner.start()
-            _run(*[threading.Thread(target=work, args=(k,)) for k in range(4)])
-            done.set()
-            cleaner.join()
+            errors = _hammer(inputs, 4, 40, lambda k, i: i * (k + 1))
     finally:
+        done.set()
+        cleaner.join()
         sys.setswitchinterval(interval)
     assert not errors
     assert len(CACHE.seen) <= 3
