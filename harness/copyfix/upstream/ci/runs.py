@@ -38,6 +38,7 @@ TAIL = 1500
 COUNTS = ("passed", "failed", "skipped", "errors")
 NOT_RUN = "not run: the --budget for this base was spent"
 ZERO = dict.fromkeys((*COUNTS, "seconds"), 0)
+_CAPTURE = dict(capture_output=True, text=True)
 _FAILURE = re.compile(r"^(FAILED|ERROR) (\S+)(?: - (.*))?$")
 # a pytest command in bash's xtrace of test-op.sh (top level: one '+')
 _TRACED = re.compile(
@@ -169,9 +170,8 @@ def run_test_op(tree, pr, rel, *, mode, sha, shims, budget, work, log_dir, n) ->
 
 def test_copy_commands(which: str) -> list[list[str]]:
     quick = ["pytest", "-s", TEST_COPY, "--ref=cpu", "--quick"]
-    return {"quick": [quick], "full": [["pytest", "-s", TEST_COPY], quick]}.get(
-        which, []
-    )
+    full = [["pytest", "-s", TEST_COPY], quick]
+    return {"quick": [quick], "full": full}.get(which, [])
 
 
 def run_test_copy(tree, cmd, *, pr, mode, shims, budget, work, log_dir, n) -> dict:
@@ -227,14 +227,6 @@ def _pr_files(names) -> dict:
     return out
 
 
-def _tool_version(env: dict, tool: str) -> str | None:
-    done = subprocess.run(
-        [tool, "--version"], env=env, capture_output=True, text=True, timeout=120
-    )
-    m = re.search(r"(\d+\.\d+(?:\.\d+)?)", (done.stdout + done.stderr).strip())
-    return m.group(1) if m else None
-
-
 def run_base(v: dict, args) -> dict:
     """Every invocation for one checkout; the base's section of the results."""
     from copyfix import export
@@ -257,10 +249,11 @@ def run_base(v: dict, args) -> dict:
         made = make_shims(work / "shims", v["tools"])
         shims = work / "shims" if made else None
         probe_env = run_env(work, args.mode, None, shims)
-        versions = {
-            "python": platform.python_version(),
-            "coverage": _tool_version(probe_env, "coverage"),
-        }
+        done = subprocess.run(
+            ["coverage", "--version"], env=probe_env, timeout=120, **_CAPTURE
+        )
+        m = re.search(r"(\d+\.\d+(?:\.\d+)?)", (done.stdout + done.stderr).strip())
+        versions = {"python": platform.python_version(), "coverage": m and m.group(1)}
         budget = Budget(args.budget, timeout=args.timeout)
         common = dict(mode=args.mode, shims=shims, budget=budget, work=work)
         common["log_dir"] = args.log_dir
@@ -308,11 +301,7 @@ def run_base(v: dict, args) -> dict:
             "GITHUB_SHA": sha,
         },
         "invocations": invocations,
-        "test_copy": {
-            "which": args.test_copy,
-            "without_pr": without_pr,
-            "with_pr": with_pr,
-        },
+        "test_copy": dict(which=args.test_copy, without_pr=without_pr, with_pr=with_pr),
         "wall_s": round(time.monotonic() - started, 1),
     }
 
@@ -325,12 +314,7 @@ def _probe_versions(work: Path, mode: str, shims) -> dict:
         "import json; from copyfix import emulation; emulation.activate(); "
         "print('VERSIONS=' + json.dumps(emulation.versions()))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tree,
-        env=run_env(tree, mode, None, shims),
-        capture_output=True,
-        text=True,
-    )
+    env = run_env(tree, mode, None, shims)
+    done = subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, **_CAPTURE)
     m = re.search(r"^VERSIONS=(.*)$", done.stdout, re.M)
     return json.loads(m.group(1)) if m else {"probe_error": done.stderr[-300:]}
