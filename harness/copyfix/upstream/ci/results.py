@@ -143,19 +143,14 @@ def render_block(results_dir: Path | None = None) -> str:
 
 
 def _block_section(label: str, sec: dict) -> list[str]:
-    v = sec.get("versions") or {}
-    composed = sec.get("composed_with")
+    v, composed = sec.get("versions") or {}, sec.get("composed_with")
+    also = f" Every PR's tree also holds PR {', '.join(composed)} (`--with`)."
     lines = [
         f"### {label}, {sec['mode']} mode",
         "",
         f"{sec['date']}, {sec['machine']}; torch {v.get('torch')}, triton {v.get('triton')}, "
         f"coverage {v.get('coverage')}; op `{(sec.get('op_commit') or 'not recorded')[:12]}`; "
-        f"wall {sec['wall_s']} s."
-        + (
-            f" Every PR's tree also holds PR {', '.join(composed)} (`--with`)."
-            if composed
-            else ""
-        ),
+        f"wall {sec['wall_s']} s.{also if composed else ''}",
         "",
         "| PR | file | pytest run by test-op.sh | rc | passed | failed | skipped | s |",
         "|---|---|---|---:|---:|---:|---:|---:|",
@@ -178,11 +173,8 @@ def _block_section(label: str, sec: dict) -> list[str]:
             what = f"`{_cell(run['command'])}`" + (f": {fails}" if fails else "")
             if run.get("summary") is None:
                 what += " (no pytest summary)"
-            secs = (
-                f"{run['pytest_seconds']} in pytest"
-                if run.get("pytest_seconds")
-                else ""
-            )
+            secs = run.get("pytest_seconds") and f"{run['pytest_seconds']} in pytest"
+            secs = secs or ""
             if last:
                 secs += f"{'; ' if secs else ''}{inv['seconds']} in all"
             lines.append(
