@@ -28,6 +28,7 @@ import json
 import os
 import subprocess
 import sys
+import unittest.mock
 from pathlib import Path
 
 import torch
@@ -215,7 +216,6 @@ def generic_ops(op: str = "copy_") -> dict:
     }
 
 
-@contextlib.contextmanager
 def cpu_device_guard():
     """cpu mode: the generic wrappers enter ``torch.cuda.device(in0.device.index)``; a
     CPU tensor's index is None, which torch 2.13's _exchange_device rejects: map it to
@@ -227,11 +227,7 @@ def cpu_device_guard():
         if self.idx is None:
             self.idx = -1
 
-    torch.cuda.device.__init__ = init
-    try:
-        yield
-    finally:
-        torch.cuda.device.__init__ = stock
+    return unittest.mock.patch.object(torch.cuda.device, "__init__", init)
 
 
 def run_op(module, dst: torch.Tensor, src: torch.Tensor):
@@ -509,19 +505,15 @@ def merge(path: Path, label: str, section: dict, key: str | None = None) -> dict
     def change(data):
         part = data.get(key, {}) if key else data
         bases = {**part.get("bases", {}), label: section}
-        summary = dict.fromkeys(_COUNTS, 0)
-        for sec in bases.values():
-            for name in summary:
-                summary[name] += sec["summary"].get(name, 0)
+        summary = {
+            n: sum(s["summary"].get(n, 0) for s in bases.values()) for n in _COUNTS
+        }
         summary["bases"] = sorted(bases)
         merged = {"summary": summary, "bases": dict(sorted(bases.items()))}
         commits = {sec.get("op_commit") for sec in bases.values()}
         if section.get("op") not in (None, "copy_"):  # (copy_'s files keep their shape)
-            merged = {
-                "op": section["op"],
-                "op_commit": section.get("op_commit"),
-                **merged,
-            }
+            op = {"op": section["op"], "op_commit": section.get("op_commit")}
+            merged = {**op, **merged}
             if len(commits) > 1:
                 merged["op_commits"] = {b: s.get("op_commit") for b, s in bases.items()}
         if key:
