@@ -23,25 +23,17 @@ def pytest_addoption(parser):
     parser.addoption("--quick", action="store_true")
 """
 
-TEST_COPY = """\
-import torch
+TEST_COPY = "import torch\n\nimport flag_gems\n" + "".join(
+    f"""
 
-import flag_gems
-
-
-def test_contiguous():
-    src, dst = torch.arange(12.0).reshape(3, 4), torch.empty(3, 4)
-    with flag_gems.use_gems():
-        dst.copy_(src)
-    assert torch.equal(dst, src)
-
-
-def test_transposed():
-    src, dst = torch.arange(12.0).reshape(4, 3).t(), torch.empty(3, 4)
+def test_{name}():
+    src, dst = torch.arange(12.0).reshape({src}), torch.empty(3, 4)
     with flag_gems.use_gems():
         dst.copy_(src)
     assert torch.equal(dst, src)
 """
+    for name, src in (("contiguous", "3, 4"), ("transposed", "4, 3).t("))
+)
 
 # the tiny PR's test file: test-op.sh runs it with -x, so it stops at the failure
 PR_TEST = """\
@@ -123,8 +115,7 @@ def tiny_pr(tmp_path, monkeypatch):
 
 @pytest.fixture
 def own_tmp(tmp_path, monkeypatch):
-    """tempfile's folder for this test only, so what the tool leaves there is visible."""
-    folder = tmp_path / "tmpdir"
+    folder = tmp_path / "tmpdir"  # tempfile's: what the tool leaves there is visible
     folder.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(folder))
     return folder
@@ -252,6 +243,10 @@ def test_bad_input(case, said, tmp_path, own_tmp, capsys):
     assert said in _bad_input(tmp_path, own_tmp, capsys, checkout, *extra)
 
 
+BLOCKED = (
+    "This is not allowed since there's already a kernel registered from python "
+    "overriding copy_'s behavior for CUDA dispatch key"
+)
 TRACED_LOG = """\
 + PR_ID=kunlunxin
 + echo PR_ID=kunlunxin
@@ -263,11 +258,7 @@ Running unit tests for tests/test_x.py
 + coverage run -m pytest -s -x tests/test_x.py
 ============================= test session starts ==============================
 tests/test_x.py ..s.
-WARNING  root:error.py:30 Skipped registering operator: This is not allowed since there's \
-already a kernel registered from python overriding copy_'s behavior for CUDA dispatch key
-WARNING  root:error.py:30 Skipped registering operator: This is not allowed since there's \
-already a kernel registered from python overriding copy_'s behavior for CUDA dispatch key
-=========================== short test summary info ============================
+{WARNING}{WARNING}=========================== short test summary info ============================
 FAILED tests/test_x.py::test_y[a|b] - torch.AcceleratorError: CUDA error: invalid device function
 ======== 1 failed, 3 passed, 1 skipped, 2 warnings in 12.50s =========
 + for item in "${TEST_CASES_CPU[@]}"
@@ -276,7 +267,9 @@ ERROR: usage: __main__.py [options] [file_or_dir] [file_or_dir] [...]
 + for item in "${PERF_TEST_CASES[@]}"
 + pytest -s benchmark/test_x.py --level core --record log
 ============================= no tests ran in 0.01s ============================
-"""
+""".replace(
+    "{WARNING}", f"WARNING  root:error.py:30 Skipped registering operator: {BLOCKED}\n"
+)
 
 
 def test_split_runs_matches_each_traced_pytest_command_with_its_counts():
@@ -398,10 +391,7 @@ def test_docs_block_is_replaced_and_kept_by_upstream_check(tmp_path, monkeypatch
     assert tc in text
     assert "could not register" not in text
     sec = _section("main")
-    sec["test_copy"]["without_pr"][0]["registration_errors"] = [
-        "This is not allowed since there's already a kernel registered from python "
-        "overriding copy_'s behavior for CUDA dispatch key and aten namespace."
-    ]
+    sec["test_copy"]["without_pr"][0]["registration_errors"] = [BLOCKED]
     upstream_ci.write_results(results / "upstream_ci_cuda.json", "main", sec)
     said = "**FlagGems could not register `copy_`** in 1 of these pytest runs"
     assert said in upstream_ci.render_block(results)

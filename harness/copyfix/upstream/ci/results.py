@@ -143,14 +143,14 @@ def render_block(results_dir: Path | None = None) -> str:
 
 
 def _block_section(label: str, sec: dict) -> list[str]:
-    v, composed = sec.get("versions") or {}, sec.get("composed_with")
-    also = f" Every PR's tree also holds PR {', '.join(composed)} (`--with`)."
+    v, composed = sec.get("versions") or {}, ", ".join(sec.get("composed_with") or [])
+    also = f" Every PR's tree also holds PR {composed} (`--with`)." if composed else ""
     lines = [
         f"### {label}, {sec['mode']} mode",
         "",
         f"{sec['date']}, {sec['machine']}; torch {v.get('torch')}, triton {v.get('triton')}, "
         f"coverage {v.get('coverage')}; op `{(sec.get('op_commit') or 'not recorded')[:12]}`; "
-        f"wall {sec['wall_s']} s.{also if composed else ''}",
+        f"wall {sec['wall_s']} s.{also}",
         "",
         "| PR | file | pytest run by test-op.sh | rc | passed | failed | skipped | s |",
         "|---|---|---|---:|---:|---:|---:|---:|",
