@@ -9,7 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from copyfix.measure.launch_cost import bounds, combine, summarize
+from copyfix.measure import launch_cost
+from copyfix.measure.launch_cost import (
+    KUNLUNXIN_BACKENDS,
+    STRIDED,
+    add_start,
+    bounds,
+    combine,
+    start_entry,
+    starts_lines,
+    starts_summary,
+    summarize,
+)
 from copyfix.measure.miss_cost import misses_section
 
 pytestmark = pytest.mark.harness
@@ -72,8 +83,6 @@ def test_combined_processes_must_hold_the_same_rows():
 
 
 def test_worker_processes_are_run_and_combined(monkeypatch, tmp_path):
-    from copyfix.measure import launch_cost
-
     seen, real_run = [], subprocess.run
 
     def fake_run(cmd, **kwargs):
@@ -100,21 +109,15 @@ def test_worker_processes_are_run_and_combined(monkeypatch, tmp_path):
 def _start(date, ratios_by_process, backend="kunlunxin-emulated"):
     """A start whose three strided layouts each ran in len(ratios_by_process) processes
     of aten 10 us, process i at ratios_by_process[i]."""
-    from copyfix.measure.launch_cost import STRIDED
-
     rows = []
     for name in STRIDED:
         runs = [[_row(10.0, 10.0 * r, name=name)] for r in ratios_by_process]
-        rows += combine(runs)
-    for r in rows:
-        r["backend"] = backend
+        rows += [dict(r, backend=backend) for r in combine(runs)]
     n = len(ratios_by_process)
     return {"date": date, "ops": rows, "runs": {backend: {"processes": n}}}
 
 
 def test_starts_summary_takes_each_starts_median_then_the_median_over_starts():
-    from copyfix.measure.launch_cost import add_start, start_entry, starts_lines
-
     # each start's ratio is the median over its processes (2.4 although two exceed 2.5)
     a = _start("A", [2.3, 2.4, 2.6, 2.7, 2.35])
     assert start_entry(a) == {
@@ -144,26 +147,17 @@ def test_starts_summary_takes_each_starts_median_then_the_median_over_starts():
 
 
 def test_recorded_starts_begin_with_the_record_and_agree_with_its_summary():
-    from copyfix.measure.launch_cost import (
-        KUNLUNXIN_BACKENDS,
-        start_entry,
-        starts_summary,
-    )
-
     data = json.loads((RESULTS / "launch_cache_h200.json").read_text())
     st = data["starts"]
     assert st["each"][0] == start_entry(data)
     assert starts_summary(st["each"]) == st
     assert "nvidia" in st["median"]
     assert set(st["median"]) <= {*KUNLUNXIN_BACKENDS, "nvidia"}
-    assert (
-        st["each"][0]["nvidia"] == data["summary"]["nvidia"]["median_after_over_eager"]
-    )
+    nvidia = data["summary"]["nvidia"]
+    assert st["each"][0]["nvidia"] == nvidia["median_after_over_eager"]
 
 
 def test_starts_summary_reads_nvidias_median_against_issue_31():
-    from copyfix.measure.launch_cost import starts_lines, starts_summary
-
     each = [{"date": d, "nvidia": r} for d, r in (("A", 2.2), ("B", 2.4), ("C", 2.35))]
     data = {"op_commit": "abc", "starts": starts_summary(each)}
     assert data["starts"]["median"] == {"nvidia": 2.35}
@@ -186,9 +180,7 @@ def test_conversion_records_keep_the_cells_that_are_not_torchs_and_their_sums():
                 assert summarise(sec["pairs"]) == sec["summary"], (path.name, base)
 
 
-def test_the_kunlunxin_backend_runs_on_a_composition_whose_kunlunxin_pointwise_is_not_patched(
-    tmp_path,
-):
+def test_the_kunlunxin_backend_runs_where_its_pointwise_is_not_patched(tmp_path):
     """launch_cost's kunlunxin-emulated backend in the cpu emulation, two calls a round:
     the KunlunXIN pointwise_dynamic has no pre-image (the cache is generic-only), so
     "before" is that same code, and every column is exact."""
