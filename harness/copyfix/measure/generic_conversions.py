@@ -438,21 +438,14 @@ def ptx_conversions(path, plan: dict, arch: int = 90) -> dict:
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for pair, name in plan.items():
-            src, dst = pair.split("->")
+            s, d = ("*" + TRITON_TYPES[x] for x in pair.split("->"))
             body = "\n\n".join(f"@triton.jit\n{code}" for code in functions.values())
             module_path = Path(tmp) / f"probe_{len(out)}.py"
             module_path.write_text(_WRAPPER.format(functions=body, name=name))
             module = _load(module_path, f"_copyfix_ptx_probe_{len(out)}")
-            signature = {
-                "src_ptr": "*" + TRITON_TYPES[src],
-                "dst_ptr": "*" + TRITON_TYPES[dst],
-            }
-            source = ASTSource(
-                fn=module.probe,
-                signature={**signature, "n": "i32", "BLOCK": "constexpr"},
-                constexprs={"BLOCK": 128},
-            )
-            ptx = triton.compile(source, target=GPUTarget("cuda", arch, 32)).asm["ptx"]
+            sig = {"src_ptr": s, "dst_ptr": d, "n": "i32", "BLOCK": "constexpr"}
+            code = ASTSource(fn=module.probe, signature=sig, constexprs={"BLOCK": 128})
+            ptx = triton.compile(code, target=GPUTarget("cuda", arch, 32)).asm["ptx"]
             out[pair] = sorted(set(re.findall(r"\bcvt(?:\.\w+)+", ptx)))
     return out
 

@@ -145,6 +145,7 @@ def measure(backend: str, calls: int, rounds: int):
     import triton
 
     import flag_gems
+    from copyfix.compose import overlay_info
     from copyfix.measure.base_twins import GENERIC, KUNLUNXIN, base_twins, swapped
     from copyfix.measure.timing import Timer
     from flag_gems.utils import launch_cache
@@ -226,6 +227,7 @@ def measure(backend: str, calls: int, rounds: int):
         rows.append(_floor(torch, timer, device, backend))
         print(f"{rows[-1]['name']} {rows[-1]}", flush=True)
     machine = torch.cuda.get_device_name() if on_device else platform.processor()
+    base = overlay_info(Path(flag_gems.__file__).parent)
     return rows, {
         "machine": f"{machine or 'cpu'}, {os.cpu_count()} CPU cores",
         # the CPUs the process was allowed (a pinned run: taskset -c N)
@@ -233,18 +235,11 @@ def measure(backend: str, calls: int, rounds: int):
         "mode": mode,
         "torch": torch.__version__,
         "triton": triton.__version__,
-        "flag_gems_base": _base_label(),
+        "flag_gems_base": base.get("BASE_ORIGIN", "unknown"),
         "twins_used": used,
         "calls_per_round": calls,
         "rounds": rounds,
     }
-
-
-def _base_label() -> str:
-    import flag_gems
-    from copyfix.compose import overlay_info
-
-    return overlay_info(Path(flag_gems.__file__).parent).get("BASE_ORIGIN", "unknown")
 
 
 def _ratio(r, key):

@@ -190,19 +190,14 @@ def run_test_copy(tree, cmd, *, pr, mode, shims, budget, work, log_dir, n) -> di
         rec["note"] = killed
     data = read_out(out, tree)
     if data:  # the plugin's records: whole failure reasons, the copy calls
+        recs = data["records"]
         rec["failures"] = [
-            {
-                "nodeid": nodeid,
-                "outcome": r["outcome"],
-                "reason": first_line(r.get("reason")),
-                "reason_class": reason_class(r.get("reason")),
-            }
-            for nodeid, r in sorted(data["records"].items())
+            dict(nodeid=k, outcome=r["outcome"], reason=first_line(r.get("reason")))
+            | {"reason_class": reason_class(r.get("reason"))}
+            for k, r in sorted(recs.items())
             if r["outcome"] in ("failed", "error")
         ]
-        rec["copy_calls"] = sum(
-            r.get("copy_calls", 0) for r in data["records"].values()
-        )
+        rec["copy_calls"] = sum(r.get("copy_calls", 0) for r in recs.values())
         rec["meta"] = data["meta"]
     classes = Counter(f["reason_class"] for f in rec["failures"])
     rec["failure_classes"] = dict(sorted(classes.items()))
