@@ -57,10 +57,10 @@ def carry_unreached(old: dict | None, new: dict) -> dict:
     if not old:
         return new
 
-    def carry(recs, previous, key):
-        earlier = {key(r): r for r in previous}
+    def carry(new_part, old_part, name, key):
+        earlier = {key(r): r for r in old_part.get(name, [])}
         out = []
-        for r in recs:
+        for r in new_part.get(name, []):
             e = earlier.get(key(r))
             if _unreached(r) and e is not None and not _unreached(e):
                 why = r.get("note") or f"rc {r.get('rc')}"
@@ -71,9 +71,7 @@ def carry_unreached(old: dict | None, new: dict) -> dict:
 
     merged = dict(new)
     merged["invocations"] = carry(
-        new.get("invocations", []),
-        old.get("invocations", []),
-        lambda r: (r["pr"], r["file"]),
+        new, old, "invocations", lambda r: (r["pr"], r["file"])
     )
     old_tc, new_tc = old.get("test_copy") or {}, new.get("test_copy") or {}
     if new_tc.get("which") == "none" and old_tc:  # (--test-copy none: none of it ran)
@@ -85,12 +83,9 @@ def carry_unreached(old: dict | None, new: dict) -> dict:
         )
     elif new_tc:
         merged["test_copy"] = dict(new_tc)
+        key = lambda r: (r.get("pr"), r["command"])
         for side in ("with_pr", "without_pr"):
-            merged["test_copy"][side] = carry(
-                new_tc.get(side, []),
-                old_tc.get(side, []),
-                lambda r: (r.get("pr"), r["command"]),
-            )
+            merged["test_copy"][side] = carry(new_tc, old_tc, side, key)
     return merged
 
 
