@@ -121,18 +121,6 @@ def _floor(torch, timer, device, backend) -> dict:
 KUNLUNXIN_BACKENDS = ("kunlunxin-emulated", "kunlunxin-emulated-head")
 
 
-def _check_integration(backend: str) -> None:
-    """The composed kunlunxin copy.py is ``backend``'s integration (-head: tle_copy)."""
-    module = sys.modules["_kunlunxin.ops.copy"]
-    head = hasattr(module, "tle_copy")
-    if head != backend.endswith("-head"):
-        raise SystemExit(
-            f"{backend}: the composed {module.__file__} is the "
-            f"{'head' if head else 'fork'} integration; compose over the "
-            f"{'head-like tree' if not head else 'fork base'} first"
-        )
-
-
 def measure(backend: str, calls: int, rounds: int):
     if backend == "nvidia":
         os.environ["GEMS_VENDOR"] = "nvidia"
@@ -160,7 +148,14 @@ def measure(backend: str, calls: int, rounds: int):
         gems = lambda: flag_gems.use_gems(include=["copy_"])  # noqa: E731
         with gems():
             cases["copy_contiguous"]()  # (imports the copy module)
-        _check_integration(backend)
+        # the composed kunlunxin copy.py must be backend's integration (-head: tle_copy)
+        module = sys.modules["_kunlunxin.ops.copy"]
+        if (head := hasattr(module, "tle_copy")) != backend.endswith("-head"):
+            raise SystemExit(
+                f"{backend}: the composed {module.__file__} is the "
+                f"{'head' if head else 'fork'} integration; compose over the "
+                f"{'head-like tree' if not head else 'fork base'} first"
+            )
     with gems():
         for fn in cases.values():  # import every op module before the twins are made
             fn()

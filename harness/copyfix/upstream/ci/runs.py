@@ -18,7 +18,6 @@ from pathlib import Path
 
 from copyfix import records
 from copyfix.budget import Budget
-from copyfix.records import parse_summary
 from copyfix.upstream import common
 from copyfix.upstream.ci.environment import (
     PATH_PREPEND_ENV,
@@ -83,7 +82,7 @@ def split_runs(log: str) -> list[dict]:
 
 
 def _run_record(command: str, text: str) -> dict:
-    summary = parse_summary(text) or {}
+    summary = records.parse_summary(text) or {}
     rec = {"command": command, **{k: summary.get(k, 0) for k in COUNTS}}
     rec["summary"] = summary.get("line")
     rec["pytest_seconds"] = summary.get("seconds")
