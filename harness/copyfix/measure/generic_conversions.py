@@ -462,13 +462,6 @@ CPU_NOTE = (
 )
 
 
-def _op_commit(op: str = "copy_") -> str | None:
-    """The last commit that changed the op's file (where the tree has no .git: the
-    environment's COPYFIX_OP_COMMIT, COPYFIX_TO_COPY_COMMIT, ...)."""
-    env = "COPYFIX_OP_COMMIT" if op == "copy_" else f"COPYFIX_{op.upper()}_COMMIT"
-    return provenance.op_commit(f"src/flag_gems/{OPS[op].relpath}", env=env)
-
-
 def setup(mode: str, op: str = "copy_") -> str:
     """Activate ``mode`` before flag_gems is imported (cpu: the kunlunxin cpu emulation;
     cuda: FlagGems' NVIDIA backend, or the cuda emulation for a kunlunxin op); returns
@@ -514,21 +507,6 @@ def merge(path: Path, label: str, section: dict, key: str | None = None) -> dict
         return {**{k: v for k, v in data.items() if k not in merged}, **merged}
 
     return records.update(path, change)
-
-
-def _start_jobs(args, mode: str, names: list[str]) -> list:
-    """Child processes for every source dtype but names[::jobs] (the parent's)."""
-    procs = []
-    for k in range(1, args.jobs):
-        sources = names[k :: args.jobs]
-        if not sources:
-            continue
-        part = args.out.with_name(f".{args.out.name}.part{k}")
-        cmd = [sys.executable, "-m", "copyfix.measure.generic_conversions",
-               "--out", str(args.out), "--mode", mode, "--part", str(part),
-               "--dtypes", *names, "--op", args.op]  # fmt: skip
-        procs.append((subprocess.Popen([*cmd, "--sources", *sources]), part))
-    return procs
 
 
 def print_summaries(path: Path) -> int:
@@ -582,7 +560,14 @@ def main(argv=None) -> int:
     if mode == "auto":
         mode = "cuda" if torch.cuda.is_available() else "cpu"
     names = list(args.dtypes or DTYPES)
-    jobs = _start_jobs(args, mode, names) if args.jobs > 1 else []
+    jobs = []  # child processes for every source dtype but names[::jobs] (the parent's)
+    for k in range(1, args.jobs):
+        if sources := names[k :: args.jobs]:
+            part = args.out.with_name(f".{args.out.name}.part{k}")
+            cmd = [sys.executable, "-m", "copyfix.measure.generic_conversions",
+                   "--out", str(args.out), "--mode", mode, "--part", str(part),
+                   "--dtypes", *names, "--op", args.op]  # fmt: skip
+            jobs.append((subprocess.Popen([*cmd, "--sources", *sources]), part))
     device = setup(mode, args.op)
     ops = generic_ops(args.op)
     guard = cpu_device_guard() if mode == "cpu" else contextlib.nullcontext()
@@ -601,6 +586,8 @@ def main(argv=None) -> int:
         related = related_paths(device) if args.op == "copy_" else None
     pairs = {f"{s}->{d}": pairs[f"{s}->{d}"] for s in names for d in names}
     vendor = OPS[args.op].vendor
+    # the op file's last commit (without .git: COPYFIX_OP_COMMIT, COPYFIX_TO_COPY_COMMIT, ...)
+    env = f"COPYFIX_{'OP' if args.op == 'copy_' else args.op.upper()}_COMMIT"
     section = {
         "op": args.op,
         "mode": "cpu (Triton interpreter, copyfix cpu emulation)" if mode == "cpu"
@@ -608,7 +595,7 @@ def main(argv=None) -> int:
         else "cuda (compiled Triton, GEMS_VENDOR=kunlunxin, copyfix cuda emulation)",
         "machine": args.machine or records.machine(),
         "versions": probe_conversions.versions(device),
-        "op_commit": _op_commit(args.op),
+        "op_commit": provenance.op_commit(f"src/flag_gems/{OPS[args.op].relpath}", env=env),
         "base": ops["base"],
         "before_file": ops["before_file"],
         "after_file": ops["after_file"],
