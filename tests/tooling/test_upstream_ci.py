@@ -314,8 +314,7 @@ def _section(label, commit="abc1234", date="d", **more):
         dict(nodeid="tests/test_copy_ops.py::t", reason_class="assertion")
     ]
     sec = dict(base=label, date=date, mode="cpu", machine="m", op_commit=commit)
-    sec["versions"] = {"torch": "t", "triton": "r", "coverage": "c"}
-    sec["wall_s"] = 1.0
+    sec.update(versions={"torch": "t", "triton": "r", "coverage": "c"}, wall_s=1.0)
     sec["invocations"] = [
         _inv("kunlunxin", export.COPY_PY),
         _inv("kunlunxin", "tests/test_copy_ops.py", 1, 5.0, [run]),

@@ -509,24 +509,6 @@ def merge(path: Path, label: str, section: dict, key: str | None = None) -> dict
     return records.update(path, change)
 
 
-def print_summaries(path: Path) -> int:
-    """One line per base (and per section: the kunlunxin one) of a results file."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        print(f"no results file: {exc}")
-        return 1
-    parts = {"": data, **{k: v for k, v in data.items() if k == "kunlunxin"}}
-    for name, part in parts.items():
-        for base, sec in part.get("bases", {}).items():
-            s = sec["summary"]
-            print(
-                f"{name or sec.get('op', 'copy_')} {base}: before_differ {s['before_differ']} "
-                f"after_differ {s['after_differ']} (errors {s['before_errors']}/{s['after_errors']})"
-            )
-    return 0
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="copyfix.measure.generic_conversions", description=__doc__.split("\n")[0]
@@ -548,8 +530,21 @@ def main(argv=None) -> int:
     add("--sources", nargs="*", help=argparse.SUPPRESS)  # a job's part
     add("--part", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.summary:
-        return print_summaries(args.summary)
+    if args.summary:  # one line per base (and per section: the kunlunxin one)
+        try:
+            data = json.loads(args.summary.read_text())
+        except (OSError, ValueError) as exc:
+            print(f"no results file: {exc}")
+            return 1
+        parts = {"": data, **{k: v for k, v in data.items() if k == "kunlunxin"}}
+        for name, part in parts.items():
+            for base, sec in part.get("bases", {}).items():
+                s = sec["summary"]
+                print(
+                    f"{name or sec.get('op', 'copy_')} {base}: before_differ {s['before_differ']} "
+                    f"after_differ {s['after_differ']} (errors {s['before_errors']}/{s['after_errors']})"
+                )
+        return 0
     if args.out is None:
         parser.error("--out is required")
     if args.ptx:

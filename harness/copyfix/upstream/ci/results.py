@@ -112,8 +112,7 @@ def _rc(rc) -> str:
 
 def _run_suffix(name: str, record: dict) -> str:
     """``name``, and the run ``record`` was carried from, if it was."""
-    run = record.get("run")
-    if not run:
+    if not (run := record.get("run")):
         return name
     return f"{name} (run {run['date']}, op `{(run['op_commit'] or '?')[:7]}`)"
 
