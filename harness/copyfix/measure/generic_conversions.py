@@ -1,16 +1,13 @@
 """The generic ``copy_`` (flag_gems/ops/copy.py) and ``_to_copy`` against torch, every
 dtype pair (harness only).
 
-Runs the op twice over every (src, dst) pair of :data:`DTYPES` x :data:`LAYOUTS` with
-edge values of each source dtype: ``before`` is the base file the overlay replaces
-(kept under ``flag_gems/_overlay_preimages/``), ``after`` the overlay's.  Each result is
-compared with torch's on the same tensors bit for bit, a NaN by class only, leaving out
-the float -> integer conversions C leaves undefined (``probe_conversions.c_undefined``;
-torch defines float -> uint8 through int64, and float -> bool).
-
-The op is called directly, not through ``use_gems`` (the emulation dispatches the
-kunlunxin one).  ``cpu``: Triton's interpreter with the copyfix cpu emulation;
-``cuda``: compiled Triton, FlagGems' own NVIDIA backend, no emulation.
+Every (src, dst) pair of :data:`DTYPES` x :data:`LAYOUTS`, edge values of each source
+dtype, through ``before`` (the base file the overlay replaces, kept under
+``flag_gems/_overlay_preimages/``) and ``after`` (the overlay's), called directly, not
+through ``use_gems``; each result compared with torch's bit for bit, a NaN by class,
+less the float -> integer conversions C leaves undefined (``c_undefined``; torch
+defines float -> uint8 through int64).  ``cpu``: Triton's interpreter, copyfix cpu
+emulation; ``cuda``: compiled Triton, FlagGems' NVIDIA backend, no emulation.
 
     PYTHONPATH=harness python -m copyfix.measure.generic_conversions --out results/generic_conversions_cpu.json
 
@@ -247,10 +244,8 @@ def run_op(module, dst: torch.Tensor, src: torch.Tensor):
 
 
 def to_copy(module, src: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``module.to_copy(src, dtype=dtype)``, as FlagGems runs it on its device.  In cpu
-    mode a pre-image (no ``_is_host_or_transfer``) would hand CPU tensors to aten: run
-    what it runs on a device instead, its allocation and kernel (the kunlunxin one's
-    close-interleave kernel for bfloat16 sources)."""
+    """``module.to_copy(src, dtype=dtype)`` as on a device: in cpu mode a pre-image (no
+    ``_is_host_or_transfer``) would hand CPU tensors to aten, so run its kernel."""
     from copyfix import emulation
 
     if emulation.MODE != "cpu" or hasattr(module, "_is_host_or_transfer"):
@@ -463,9 +458,7 @@ CPU_NOTE = (
 
 
 def setup(mode: str, op: str = "copy_") -> str:
-    """Activate ``mode`` before flag_gems is imported (cpu: the kunlunxin cpu emulation;
-    cuda: FlagGems' NVIDIA backend, or the cuda emulation for a kunlunxin op); returns
-    the tensor device."""
+    """Activate ``mode`` before flag_gems is imported; returns the tensor device."""
     from copyfix import emulation
 
     if mode == "cpu":

@@ -26,7 +26,9 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from copyfix import provenance, records
@@ -276,9 +278,6 @@ def combine(runs: list) -> list:
 
 def _in_processes(args) -> tuple:
     """:func:`measure` in ``args.processes`` fresh interpreters in turn, combined."""
-    import subprocess
-    import tempfile
-
     runs, info = [], None
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.processes):

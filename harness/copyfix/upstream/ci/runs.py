@@ -95,8 +95,7 @@ def _run_record(command: str, text: str) -> dict:
 
 
 def registration_errors(text: str) -> list[str]:
-    """FlagGems' swallowed registration errors, each once (one naming ``copy_``: its
-    copy_ never ran in that session)."""
+    """FlagGems' swallowed registration errors, each once."""
     return sorted({m.strip()[:300] for m in _REGISTRATION.findall(text)})
 
 
