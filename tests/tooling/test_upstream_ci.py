@@ -180,16 +180,14 @@ def test_end_to_end_cpu_mode(checkout, tiny_pr, own_tmp, tmp_path, capsys):
 
 
 def _fake_checkout(root: Path, *, test_op=True, copy_py: str | None = None) -> Path:
-    (root / "src" / "flag_gems").mkdir(parents=True)
-    (root / "src" / "flag_gems" / "__init__.py").write_text("")
-    (root / "tests").mkdir()
-    (root / "tests" / "conftest.py").write_text("")
+    files = {"src/flag_gems/__init__.py": "", "tests/conftest.py": ""}
     if test_op:
-        (root / "tools").mkdir()
-        (root / upstream_ci.TEST_OP).write_text("#!/bin/bash\nexit 0\n")
+        files[upstream_ci.TEST_OP] = "#!/bin/bash\nexit 0\n"
     if copy_py is not None:
-        (root / export.COPY_PY).parent.mkdir(parents=True)
-        (root / export.COPY_PY).write_text(copy_py)
+        files[export.COPY_PY] = copy_py
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
     return root
 
 

@@ -3,18 +3,13 @@
     python -m copyfix.measure.launch_cost nvidia --out results/launch_cache_h200.json
     python -m copyfix.measure.launch_cost kunlunxin-emulated --out results/launch_cache_h200.json
 
-``nvidia``: FlagGems' own NVIDIA backend, 64x64 fp32 under ``use_gems()`` (sigmoid,
-relu, abs, add, mul by a scalar, where, ``.to(bfloat16)``, ``copy_`` contiguous and
-transposed), and the floor (:mod:`.floors`).  ``kunlunxin-emulated``: the KunlunXIN
-``copy_`` (PR 1) in the cuda emulation against aten's copy, and ``floor_copy``;
-``kunlunxin-emulated-head``: the same on the head-like tree (``copy.py.head.patch``).
-
-Columns, measured in alternating rounds in one process (``timing.Timer``): eager
-(torch alone), before (the base's own pointwise_dynamic: :mod:`.base_twins`), after
-(the cache on) and cache off; each result compared bit for bit.  The JSON is merged by
-(name, backend).  ``--processes N`` measures in N fresh workers and combines them
-(:func:`combine`).  ``starts`` keeps what the bounds read of every five-process
-machine start on the op (:func:`add_start`).
+``nvidia``: FlagGems' NVIDIA backend, 64x64 fp32 pointwise ops and ``copy_`` under
+``use_gems()``, and the floor (:mod:`.floors`).  ``kunlunxin-emulated[-head]``: the
+KunlunXIN ``copy_`` (PR 1; -head on the head-like tree) in the cuda emulation against
+aten's copy, and ``floor_copy``.  Columns, alternating rounds in one process: eager,
+before (the base's pointwise_dynamic: :mod:`.base_twins`), after (cache on), cache off;
+each compared bit for bit; merged by (name, backend).  ``--processes N``: N fresh
+workers, :func:`combine`-d; ``starts``: every five-process start (:func:`add_start`).
 """
 
 from __future__ import annotations
