@@ -332,8 +332,7 @@ _COUNTS = ("before_differ", "after_differ", "before_errors", "after_errors",
 
 
 def summarise(pairs: dict) -> dict:
-    """Differing elements and errors summed over pairs and layouts (a layout torch
-    itself cannot copy on this device is counted under torch_errors, nothing else)."""
+    """Differing elements and errors over pairs and layouts (torch's own: torch_errors)."""
     total = dict.fromkeys(_COUNTS, 0)
     rows = {
         p: [r for r in e.values() if "torch_error" not in r] for p, e in pairs.items()

@@ -93,9 +93,8 @@ STRIDED = ("copy_transposed", "copy_expanded_sdpa_mask", "copy_step_slice")
 
 
 def _floor(torch, timer, device, backend) -> dict:
-    """The floor row (:mod:`.floors`, no FlagGems): a compiled Triton sigmoid (nvidia)
-    or an in-place contiguous copy (kunlunxin, against aten's copy_), both launched by
-    a ``torch.library`` op on the CUDA key."""
+    """The floor row (:mod:`.floors`, no FlagGems): a ``torch.library`` op launching a
+    compiled Triton sigmoid (nvidia) or in-place contiguous copy (kunlunxin)."""
     from copyfix.measure.floors import copy_floor, sigmoid_floor
 
     x = torch.randn(SIDE, SIDE, device=device)
@@ -241,10 +240,9 @@ def _ratio(r, key):
 
 
 def combine(runs: list) -> list:
-    """One row per (name, backend) from several worker processes' rows (one list per
-    process), one process one sample: each µs column the median over processes, each
-    process's kept (``per_process``), ``median_ratio`` / ``max_ratio`` over the
-    processes' own column/eager, and a bit-for-bit check true if true in every one."""
+    """One row per (name, backend) from several processes' rows (one list each): the
+    µs columns' medians, ``per_process``, ``median_ratio`` / ``max_ratio`` of each
+    process's own column/eager, each bit-for-bit check true if true in every one."""
     rows_of = {}
     for rows in runs:
         for r in rows:

@@ -67,8 +67,7 @@ def parse_failures(text: str) -> list[dict]:
 
 
 def split_runs(log: str) -> list[dict]:
-    """Each traced pytest command of a test-op.sh log with the text up to the next one
-    (other trace lines left out): its counts and failures."""
+    """Each traced pytest command of a test-op.sh log: its counts and failures."""
     runs, command, current = [], None, []
     for line in log.splitlines() + ["+ pytest"]:  # (the sentinel closes the last)
         m = _TRACED.match(line)
