@@ -107,8 +107,7 @@ def test_worker_processes_are_run_and_combined(monkeypatch, tmp_path):
 
 
 def _start(date, ratios_by_process, backend="kunlunxin-emulated"):
-    """A start whose three strided layouts each ran in len(ratios_by_process) processes
-    of aten 10 us, process i at ratios_by_process[i]."""
+    """A start of the strided layouts at aten 10 us, process i at ratios_by_process[i]."""
     rows = []
     for name in STRIDED:
         runs = [[_row(10.0, 10.0 * r, name=name)] for r in ratios_by_process]

@@ -214,9 +214,8 @@ def generic_ops(op: str = "copy_") -> dict:
 
 
 def cpu_device_guard():
-    """cpu mode: the generic wrappers enter ``torch.cuda.device(in0.device.index)``; a
-    CPU tensor's index is None, which torch 2.13's _exchange_device rejects: map it to
-    -1 (no device switched), as the emulation does for the kunlunxin _DeviceGuard."""
+    """cpu mode: ``torch.cuda.device(None)`` (a CPU tensor's index), which torch 2.13's
+    _exchange_device rejects, made -1 (no switch), as for the kunlunxin _DeviceGuard."""
     stock = torch.cuda.device.__init__
 
     def init(self, device):
