@@ -1,10 +1,5 @@
-"""The cpu emulation: FlagGems on Triton's interpreter, on CPU tensors.
-
-The interpreter is made acceptable to FlagGems (a ``JITFunction`` on the interpreter,
-CPU device guards, LibEntry), converts as compiled Triton does, and :func:`cpu_dispatch`
-routes ``Tensor.copy_`` on CPU tensors to the kunlunxin op.  Each patch below names the
-internal it replaces and the versions it was checked on.
-"""
+"""The cpu emulation: FlagGems on Triton's interpreter, on CPU tensors.  Each patch
+below names the internal it replaces and the versions it was checked on."""
 
 from __future__ import annotations
 
@@ -59,15 +54,13 @@ def hook_holder():
 
 
 # --- triton 3.0-3.6 JITFunction.run returns the CompiledKernel that LibEntry and PR 3's
-# launch cache launch later; the interpreter returns None.  This stand-in is at least
-# as strict as the compiled launcher: the version's argument count, its own handles,
-# and the constexprs it was "compiled" with (a compiled kernel would use its baked ones).
+# launch cache launch later; the interpreter returns None.  This stand-in is as strict
+# as the compiled launcher: argument count, its own handles, its baked constexprs.
 class InterpretedKernel:
     packed_metadata = ("copyfix-interpreted",)
 
     def __init__(self, jit_fn, constexprs):
-        self.jit_fn = jit_fn
-        self.function = jit_fn  # what the launcher launches: checked at each launch
+        self.jit_fn = self.function = jit_fn
         self.constexprs = constexprs  # {name: value} it was "compiled" with
 
     def launch_metadata(self, grid, stream, *args):
@@ -124,7 +117,6 @@ class InterpretedKernel:
 
 @contextlib.contextmanager
 def _in_grid() -> Iterator[None]:
-    """Around one interpreted launch (device-function calls may run inside)."""
     grids = getattr(_state, "grids", 0)
     if not grids:  # the modules this launch patched (_patch_lang_of_device_functions)
         _state.patched_langs = set()
@@ -138,9 +130,8 @@ def _in_grid() -> Iterator[None]:
 
 
 def import_triton_uninterpreted() -> None:
-    """Import Triton with TRITON_INTERPRET unset (an xdist worker inherits it): set at
-    import, it makes Triton's own @jit functions stock InterpretedFunctions, which the
-    JITFunction stand-in cannot reference.  setup_cpu_environment sets it again."""
+    """Import Triton with TRITON_INTERPRET unset (an xdist worker inherits it): else
+    Triton's own @jit functions become stock InterpretedFunctions."""
     if "triton" not in sys.modules:
         os.environ.pop("TRITON_INTERPRET", None)
         import triton  # noqa: F401
@@ -150,20 +141,18 @@ def setup_cpu_environment(vendor: str = "kunlunxin") -> None:
     os.environ["GEMS_VENDOR"] = vendor
     # triton 3.6 reads TRITON_INTERPRET at each triton.jit decoration
     os.environ["TRITON_INTERPRET"] = "1"
-    # flag_gems' LibCache names its sqlite file after the CUDA device unless
-    # $FLAGGEMS_DB_URL is set; give it and the code cache a private directory
+    # flag_gems' LibCache names its sqlite file after the CUDA device: a private one
     if "FLAGGEMS_CACHE_DIR" not in os.environ:
         os.environ["FLAGGEMS_CACHE_DIR"] = tempfile.mkdtemp(prefix="copyfix-flaggems-")
     if "FLAGGEMS_DB_URL" not in os.environ:
         db = Path(os.environ["FLAGGEMS_CACHE_DIR"])
         db.mkdir(parents=True, exist_ok=True)
-        db /= "copyfix_emulation_tuned_configs.db"
-        os.environ["FLAGGEMS_DB_URL"] = f"sqlite:///{db}"
+        os.environ["FLAGGEMS_DB_URL"] = (
+            f"sqlite:///{db}/copyfix_emulation_tuned_configs.db"
+        )
 
 
 def patch_triton_interpreter(vendor: str = "kunlunxin") -> None:
-    """The interpreter patches, in order; vendor-neutral but for the XPU launch options
-    dropped (kunlunxin only) and the repatching skipped (nvidia only)."""
     from triton.runtime import interpreter
 
     if getattr(interpreter, "_copyfix_patched", False):
@@ -196,8 +185,7 @@ def _jit_function_on_the_interpreter(interpreter, stock, strips_xpu_options) -> 
         def __init__(self, fn, **options):
             super().__init__(fn, **options)
             self.interpreted = stock(fn, **options)
-            # 3.6's interpreter runs the pre-run hooks itself; before 3.6 this object
-            # runs them, as compiled Triton's JITFunction.run does
+            # 3.6's interpreter runs the pre-run hooks; before 3.6 this object does
             stock_hooks = getattr(self.interpreted, "pre_run_hooks", None)
             self._runs_hooks = stock_hooks is None
             if stock_hooks is not None:
@@ -214,19 +202,18 @@ def _jit_function_on_the_interpreter(interpreter, stock, strips_xpu_options) -> 
             return InterpretedKernel(self, self._constexprs(args, kwargs))
 
         def _constexprs(self, args, kwargs):
-            baked = {}
-            for p in (p for p in self.params if p.is_constexpr):
-                if p.num < len(args):
-                    baked[p.name] = args[p.num]
-                elif p.name in kwargs:
-                    baked[p.name] = kwargs[p.name]
-                elif p.default is not inspect.Parameter.empty:
-                    baked[p.name] = p.default
-            return baked
+            given = {**{p.name: p.default for p in self.params}, **kwargs}
+            given.update(
+                (p.name, args[p.num]) for p in self.params if p.num < len(args)
+            )
+            return {
+                p.name: given[p.name]
+                for p in self.params
+                if p.is_constexpr and given[p.name] is not inspect.Parameter.empty
+            }
 
         def __call__(self, *args, **kwargs):  # device-function call inside a kernel
-            # the compiler makes a device function's dtype arguments constexprs
-            # (flag_gems utils/limits.py reads `dtype.value`); the interpreter does not
+            # compiled Triton makes dtype arguments constexprs (limits.py: `dtype.value`)
             c = lambda a: tl.constexpr(a) if isinstance(a, tl.dtype) else a
             kwargs = {k: c(a) for k, a in kwargs.items()}
             return self.interpreted(*map(c, args), **kwargs)
@@ -289,13 +276,11 @@ def _patch_lang_of_device_functions(interpreter, skips_repatching: bool) -> None
     interpreter._patch_lang = _patch_lang
 
 
-# --- triton 3.6 InterpreterBuilder.cast_impl gets bf16 wrong (raw-bit astype, fp32
-# truncated).  Compiled Triton (H200: results/conversions_h200.json, pinned by
-# tests/tooling/test_conversions.py) rounds into bf16 once, to nearest even: exact
-# arithmetic here.  It folds int -> fp32 -> 16-bit float into one conversion: an
-# integer's fp32 handle remembers its source.  The toolchain model checks conversions
-# as emitted (after the fold; fp16 widened to fp32 counts as fp16); the builder's
-# constants (literals a compiler folds) carry a mark and are not checked.
+# --- triton 3.6 InterpreterBuilder.cast_impl gets bf16 wrong (raw-bit astype).
+# Compiled Triton (pinned by tests/tooling/test_conversions.py) rounds into bf16 once,
+# to nearest even, and folds int -> fp32 -> 16-bit float into one conversion (an
+# integer's fp32 handle remembers its source).  The toolchain model checks conversions
+# as emitted (fp16 widened to fp32 counts as fp16); constants are marked, not checked.
 def _casts_as_compiled_triton(interpreter) -> None:
     import triton.language as tl
 
@@ -633,8 +618,7 @@ def _where_on_the_emulated_device() -> None:
 
 
 def _emulated_device_filter(predicate, items):
-    """``filter`` for the where modules: all items where every one is the CPU and
-    ``predicate`` keeps none; else the builtin's result."""
+    """``filter``, but all items where every one is the CPU and ``predicate`` keeps none."""
     import builtins
 
     import torch
@@ -651,8 +635,8 @@ TO_COPY_MODULES = ("flag_gems.ops.to", "_kunlunxin.ops.to")
 
 def _to_copy_on_the_emulated_device() -> None:
     # --- this overlay's ops/to.py `_is_host_or_transfer(x, device)` sends host tensors
-    # to aten; the emulated device is the CPU, so only a copy to another device is a
-    # transfer here (pre-images have no such helper and are left alone)
+    # to aten; on the emulated device (the CPU) only a copy to another device is one
+
     for name in TO_COPY_MODULES:
         module = sys.modules.get(name)
         if module is not None and hasattr(module, "_is_host_or_transfer"):
@@ -690,8 +674,7 @@ def _provide_interpreter_driver() -> None:
 
 
 def interpreter_benchmark(kernel_call, *args, quantiles=None, **kwargs):
-    """``kernel_call()`` once, and the same time for every call (0.0, or one per
-    quantile): an autotuner keeps its first config."""
+    """``kernel_call()`` once, timed 0.0: an autotuner keeps its first config."""
     kernel_call()
     return [0.0 for _ in quantiles] if quantiles else 0.0
 
@@ -729,25 +712,12 @@ def _patch_libentry(libentry_module) -> None:
         return run
 
 
-def _wrapped_number_tensor(value):
-    """The 0-dim tensor torch made of a Python scalar (boxed back for Python kernels)."""
-    import torch
-
-    for kind, dtype in ((bool, torch.bool), (int, torch.int64),
-                        (float, torch.float64), (complex, torch.complex128)):  # fmt: skip
-        if isinstance(value, kind):
-            return torch.tensor(value, dtype=dtype)
-    return value
-
-
 @contextlib.contextmanager
 def cpu_dispatch(module: types.ModuleType | None = None) -> Iterator[None]:
     """Route ``aten::copy_`` on CPU tensors to ``module.copy_`` (default
     :func:`copy_module`, looked up at each call) while open: the cpu emulation's
-    ``use_gems()`` for copy_.  The kunlunxin fallback's redispatch reaches aten's
-    CompositeExplicitAutograd kernel, never this override; CPU-internal scalar copies
-    (a Python number as ``src``) go straight to aten.  In other modes this is
-    ``flag_gems.use_gems()`` (``module``, if given, must be :func:`copy_module`)."""
+    ``use_gems()`` for copy_; a Python number as ``src`` goes straight to aten.  In
+    other modes ``flag_gems.use_gems()`` (``module`` must be :func:`copy_module`)."""
     import torch
 
     mode = require()
@@ -773,9 +743,12 @@ def cpu_dispatch(module: types.ModuleType | None = None) -> Iterator[None]:
 
     def copy_(dst, src, non_blocking=False):
         if not isinstance(src, torch.Tensor):  # a CPU-internal wrapped number
-            return native.redispatch_boxed(
-                native_keyset, dst, _wrapped_number_tensor(src), non_blocking
-            )
+            for kind, dtype in ((bool, torch.bool), (int, torch.int64),
+                                (float, torch.float64), (complex, torch.complex128)):  # fmt: skip
+                if isinstance(src, kind):
+                    src = torch.tensor(src, dtype=dtype)
+                    break
+            return native.redispatch_boxed(native_keyset, dst, src, non_blocking)
         return target.copy_(dst, src, non_blocking)
 
     with aten_copy_kernel(copy_, "CPU"):
@@ -784,8 +757,7 @@ def cpu_dispatch(module: types.ModuleType | None = None) -> Iterator[None]:
 
 @contextlib.contextmanager
 def aten_copy_kernel(copy_, key: str) -> Iterator[None]:
-    """``copy_`` as aten::copy_'s kernel for dispatch ``key`` while the block runs
-    (torch warns that it overrides the kernel there: expected)."""
+    """``copy_`` as aten::copy_'s kernel for dispatch ``key`` while the block runs."""
     import torch
 
     lib = torch.library.Library("aten", "IMPL")
