@@ -395,8 +395,7 @@ def fake_package(tmp_path, *extra):
 
 
 def test_the_base_is_read_from_the_flag_gems_that_is_imported(tmp_path):
-    """The base is identified by the files `import flag_gems` loads, never by a
-    distribution's metadata (a composed install carries the overlay's)."""
+    # (never from a distribution's metadata: a composed install carries the overlay's)
     assert emulation.flag_gems_dir() == Path(flag_gems.__file__).parent.resolve()
     assert emulation.flag_gems_base() == emulation.BASE
     # a package whose files match no known base is named by what it declares
@@ -409,8 +408,7 @@ def test_the_base_is_read_from_the_flag_gems_that_is_imported(tmp_path):
 
 
 def test_a_checkout_with_pr3_applied_is_still_its_base(tmp_path):
-    """upstream-ci applies the launch-cache PR to a checkout: the base is still
-    recognised, and an edit of a file it reads is not."""
+    # (upstream-ci applies the launch-cache PR to a checkout; another edit is no base)
     from copyfix.compose import apply_patch
 
     rel = "utils/pointwise_dynamic.py"
@@ -488,12 +486,7 @@ def test_generate_configs_stand_in_gives_each_shape_its_tiles():
         ("argmax", lambda x, w, c: torch.argmax(x, dim=-1)),
         ("where_self", lambda x, w, c: torch.where(x > 0, x, torch.zeros_like(x))),
         ("full", lambda x, w, c: torch.full((3, 5), True, device=x.device)),
-        (
-            "fill_scalar_",
-            lambda x, w, c: torch.empty(7, dtype=torch.bool, device=x.device).fill_(
-                True
-            ),
-        ),
+        ("fill_scalar_", lambda x, w, c: x.new_empty(7, dtype=torch.bool).fill_(True)),
         ("mean_dim", lambda x, w, c: x.mean(-1, keepdim=True)),
         ("embedding", lambda x, w, c: F.embedding(torch.tensor([[1, 3]]).to(DEV), x)),
     ],
@@ -507,24 +500,19 @@ def test_kunlunxin_ops_the_decode_reaches_match_torch(op, fn):
     torch.testing.assert_close(got, fn(x, w, c), rtol=tol, atol=tol)
 
 
-def test_the_cpu_device_object_enters_the_no_device_guard():
+def test_cpu_device_guard_where_device_pick_and_benchmark():
     device = torch.device("cpu")
     if MODE != "cpu":  # torch's own check: a cuda device is expected
         with pytest.raises(ValueError, match="Expected a cuda device"):
             torch.cuda.device(device)
         return
-    from copyfix.emulation.interpreter import no_device_index
-
-    assert [no_device_index(d) for d in (None, device, "cpu", 0)] == [-1, -1, -1, 0]
-    with torch.cuda.device(device), torch.cuda._DeviceGuard(None):
-        pass
-
-
-def test_where_keeps_the_emulated_device_only_where_every_operand_is_on_it():
-    if MODE != "cpu":
-        return
     from copyfix.emulation import interpreter
 
+    idx = [interpreter.no_device_index(d) for d in (None, device, "cpu", 0)]
+    assert idx == [-1, -1, -1, 0]
+    with torch.cuda.device(device), torch.cuda._DeviceGuard(None):
+        pass
+    # where keeps the emulated device only where every operand is on it
     pick = interpreter._emulated_device_filter
     cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
     not_cpu = lambda k: k.type != "cpu"  # noqa: E731  (the where modules' predicate)
@@ -536,17 +524,11 @@ def test_where_keeps_the_emulated_device_only_where_every_operand_is_on_it():
         module = sys.modules.get(name)
         if module is not None:
             assert module.filter is pick
-
-
-def test_the_interpreter_benchmark_runs_each_config_once():
-    if MODE != "cpu":
-        return
-    from copyfix.emulation.interpreter import interpreter_benchmark
-
-    calls = []
-    times = interpreter_benchmark(lambda: calls.append(1), quantiles=(0.5, 0.2))
-    assert times == [0.0, 0.0] and calls == [1]
-    assert interpreter_benchmark(lambda: calls.append(1), warmup=25, rep=100) == 0.0
+    # the interpreter benchmark runs each config once
+    calls, bench = [], interpreter.interpreter_benchmark
+    assert bench(lambda: calls.append(1), quantiles=(0.5, 0.2)) == [0.0, 0.0]
+    assert calls == [1]
+    assert bench(lambda: calls.append(1), warmup=25, rep=100) == 0.0
     assert calls == [1, 1]
 
 
@@ -573,10 +555,10 @@ assert torch.equal(d, a.t())
 """
 
 
+# cuda mode applies exactly its patches (without a GPU, without flag_gems)
 @pytest.mark.parametrize(
     "code, env",
     [
-        # cuda mode applies exactly its patches (without a GPU, without flag_gems)
         (CHILD_CUDA, {}),
         (CHILD_CPU, {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}),
     ],
@@ -597,8 +579,8 @@ def test_activation_in_a_fresh_process(code, env):
 
 def test_a_launch_finishes_when_copy_sees_no_self_alias(monkeypatch):
     """cpu mode: the interpreter's write-back (a storage copied onto itself) must not
-    reach copy_ under use_gems(), which here sees no alias (it would deadlock on
-    LibEntry's lock).  (cuda mode has no write-back: the copy simply runs.)"""
+    reach copy_ under use_gems(), here blind to aliases (LibEntry's lock deadlocks)."""
+
     import threading
 
     monkeypatch.setattr(torch._C, "_is_alias_of", lambda a, b: False)

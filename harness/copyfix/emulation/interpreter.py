@@ -202,15 +202,15 @@ def _jit_function_on_the_interpreter(interpreter, stock, strips_xpu_options) -> 
             return InterpretedKernel(self, self._constexprs(args, kwargs))
 
         def _constexprs(self, args, kwargs):
-            given = {**{p.name: p.default for p in self.params}, **kwargs}
-            given.update(
-                (p.name, args[p.num]) for p in self.params if p.num < len(args)
-            )
-            return {
-                p.name: given[p.name]
-                for p in self.params
-                if p.is_constexpr and given[p.name] is not inspect.Parameter.empty
-            }
+            baked = {}
+            for p in (p for p in self.params if p.is_constexpr):
+                if p.num < len(args):
+                    baked[p.name] = args[p.num]
+                elif p.name in kwargs:
+                    baked[p.name] = kwargs[p.name]
+                elif p.default is not inspect.Parameter.empty:
+                    baked[p.name] = p.default
+            return baked
 
         def __call__(self, *args, **kwargs):  # device-function call inside a kernel
             # compiled Triton makes dtype arguments constexprs (limits.py: `dtype.value`)
