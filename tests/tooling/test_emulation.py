@@ -184,14 +184,7 @@ def fp16_every_7th():
 
 BIG_INT64 = [2**63 - 1, -(2**63), 2**53 + 1, -(2**62) - 3, 0x0123456789ABCDEF]
 FLAGS = [True, False, True, True]
-INT_DTYPES = (
-    torch.int8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-    torch.uint8,
-    torch.bool,
-)
+INTS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
 # (float64 is not a Triton dtype on KunlunXIN: copy_ sends it to aten)
 CONVERSIONS = {
     "fp32_to_bf16_nearest_even": (fp32_rounding_cases, torch.bfloat16),
@@ -209,7 +202,7 @@ CONVERSIONS = {
     "bool_to_fp32": (lambda: torch.tensor(FLAGS), torch.float32),
     **{
         f"{str(t)[6:]}_to_bf16": (functools.partial(int_values, t), torch.bfloat16)
-        for t in INT_DTYPES
+        for t in INTS
     },
 }
 
