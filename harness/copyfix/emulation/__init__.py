@@ -1,15 +1,9 @@
 """Run FlagGems' KunlunXIN (``_kunlunxin``) code path without KunlunXIN hardware.
 
 Modes: ``native`` (a real XPU: nothing patched); ``cuda`` (stock Triton on an NVIDIA
-GPU, ``GEMS_VENDOR=kunlunxin``, with the :mod:`.shims`); ``cpu`` (``TRITON_INTERPRET=1``
-on CPU tensors: the shims plus :mod:`.interpreter`; ``COPYFIX_CPU_VENDOR=nvidia`` runs
-FlagGems' NVIDIA backend there with the vendor-neutral patches only).  :func:`activate`
-(before ``import flag_gems``) alone reads the environment; the rest reads :mod:`.state`.
-
-Every patch of a third-party internal names it and the version it was written for;
-:func:`activate` refuses versions outside :data:`SUPPORTED_VERSIONS` /
-:data:`FLAGGEMS_BASES`.  A patch may make the emulator work, never make a wrong result
-look right: XPU-only functions are stubs that raise, conversions are compiled Triton's.
+GPU, with the :mod:`.shims`); ``cpu`` (``TRITON_INTERPRET=1`` on CPU tensors: the shims
+plus :mod:`.interpreter`; ``COPYFIX_CPU_VENDOR=nvidia`` runs FlagGems' NVIDIA backend).
+A patch may make the emulator work, never make a wrong result look right.
 """
 
 from __future__ import annotations
@@ -54,7 +48,6 @@ _PATCHED = ("torch", "triton", "flag_gems")  # what cpu and cuda patch (native: 
 
 
 def __getattr__(name: str):
-    """``MODE``, ``CPU_VENDOR``, ``GEMS_VENDOR``, ``BASE``: :mod:`.state`'s, as now."""
     if name in ("MODE", "CPU_VENDOR", "GEMS_VENDOR", "BASE"):
         return getattr(state, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -68,15 +61,10 @@ def flag_gems_dir() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
-def _short_sha256(path: Path) -> str | None:
-    if not path.is_file():
-        return None
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-
-
 def flag_gems_base(package: Path | None = None) -> str | None:
     """The key of FLAGGEMS_BASES whose files ``package`` (default: the flag_gems to be
     imported) holds, or None; a file the overlay patched counts as its pre-image."""
+    short = lambda data: hashlib.sha256(data).hexdigest()[:16]
     package = package or flag_gems_dir()
     if package is None:
         return None
@@ -85,7 +73,7 @@ def flag_gems_base(package: Path | None = None) -> str | None:
         # as it is, or (a checkout with PR 3 applied) with our patch taken out
         kept = package / "_overlay_preimages" / rel
         path = kept if kept.is_file() else package / rel
-        found = {_short_sha256(path)}
+        found = {short(path.read_bytes()) if path.is_file() else None}
         patch = Path(__file__).resolve().parents[3] / "src/flag_gems" / f"{rel}.patch"
         if path.is_file() and patch.is_file():
             from copyfix.compose import apply_patch
@@ -97,7 +85,7 @@ def flag_gems_base(package: Path | None = None) -> str | None:
             except RuntimeError:  # not patched by us
                 pass
             else:
-                found.add(hashlib.sha256(text.encode()).hexdigest()[:16])
+                found.add(short(text.encode()))
         return found
 
     for name, files in FLAGGEMS_BASES.items():
@@ -107,7 +95,6 @@ def flag_gems_base(package: Path | None = None) -> str | None:
 
 
 def _declared_flag_gems_version(package: Path | None) -> str:
-    """What the package says it is: _version.py (setuptools-scm builds) or __version__."""
     if package is None:
         return "not installed"
     for name in ("_version.py", "__init__.py"):
@@ -124,7 +111,6 @@ def _declared_flag_gems_version(package: Path | None) -> str:
 
 
 def _installed_versions() -> dict[str, str]:
-    """Versions of the libraries this package patches (what the version check reads)."""
     import torch
     import triton
 
@@ -188,7 +174,6 @@ def activate(mode: str | None = None, *, detect: bool = True) -> str | None:
 
     None: ``$COPYFIX_EMULATION``, else native > cuda > cpu as detected (with ``detect``
     False: None, no emulation).  Idempotent; another mode than the active one raises.
-    The cpu emulation ends by importing flag_gems (for the LibEntry patch).
     """
     if mode is None:
         mode = state.MODE or os.environ.get(ENV_MODE)
@@ -241,7 +226,6 @@ def activate(mode: str | None = None, *, detect: bool = True) -> str | None:
 
 
 def cpu_vendor() -> str:
-    """The backend the cpu emulation runs: ``$COPYFIX_CPU_VENDOR`` (default kunlunxin)."""
     vendor = os.environ.get(ENV_CPU_VENDOR) or "kunlunxin"
     if vendor not in CPU_VENDORS:
         raise ValueError(
