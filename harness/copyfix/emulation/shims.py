@@ -1,6 +1,4 @@
-"""Shims that let stock Triton accept the kunlunxin sources (cpu and cuda modes):
-``triton.language.extra.xpu.libdevice``, ``triton.autotune(generate_configs=...)`` and
-the XPU-only launch options."""
+"""Shims that let stock Triton accept the kunlunxin sources (cpu and cuda modes)."""
 
 from __future__ import annotations
 
@@ -11,9 +9,8 @@ import types
 
 from .state import patch
 
-# XPU Triton's compile options, which the kunlunxin launches pass (buffer sizes,
-# unrolling, cluster layout, SDNN, its TTXPU pass switches).  Dropped, by name and only
-# where the kernel does not declare them; the emulation checks results, not XPU codegen.
+# XPU Triton's compile options, which the kunlunxin launches pass: dropped where the
+# kernel does not declare them (the emulation checks results, not XPU codegen).
 XPU_LAUNCH_OPTIONS = frozenset(
     "buffer_size_limit unroll_num is_use_mask_zero isCLOSE_TTXPU_O_ATOMIC_SIM "
     "groups_per_cluster is_sdnn".split()
@@ -42,7 +39,6 @@ def _xpu_only_stub(name: str):
 
 
 def strip_xpu_launch_options(jit_fn, kwargs: dict) -> dict:
-    """Drop the XPU-only launch options the kernel does not declare as parameters."""
     declared = set(jit_fn.arg_names)
     xpu = lambda k: k in XPU_LAUNCH_OPTIONS or _XPU_LAUNCH_OPTION_RE.match(k)
     return {k: v for k, v in kwargs.items() if k in declared or not xpu(k)}
@@ -54,8 +50,7 @@ def patch_triton_common() -> None:
     import triton.runtime.autotuner as autotuner
     from triton.language.extra.cuda import libdevice as cuda_libdevice
 
-    # --- triton.language.extra.xpu, which flag_gems imports for kunlunxin: the CUDA
-    # libdevice functions plus raising stubs for the XPU-only names
+    # --- triton.language.extra.xpu, which flag_gems imports for kunlunxin
     if "triton.language.extra.xpu" not in sys.modules:
         xpu = types.ModuleType(
             "triton.language.extra.xpu",
@@ -78,10 +73,7 @@ def patch_triton_common() -> None:
         tl_extra.xpu = xpu
 
     # --- triton 3.6 autotune(generate_configs="mm") stands for FlagTree's XPU
-    # autotuner (per-shape configs from M, N, K).  Each launch gets ONE config from its
-    # shape (generated_config).  The XPU picks other tiles; to stay at least as harsh at
-    # the boundaries, a dimension that is no power of two gets a tile that does not
-    # divide it (masked paths run), and the smallest tile is tl.dot's 16.
+    # autotuner: each launch gets ONE config from its shape (generated_config).
     @patch(autotuner, "autotune")
     def autotune(stock_autotune):
         def autotune(*args, generate_configs=None, **kwargs):
@@ -112,14 +104,10 @@ GENERATED_CONFIG_KEYS = {
 MIN_TILE, MAX_TILE = 16, 64
 
 
-def _tile(extent: int) -> int:
-    tile = 1 << max(0, int(extent) - 1).bit_length()  # next power of two
-    return max(MIN_TILE, min(MAX_TILE, tile))
-
-
 def generated_config(name: str, args: dict):
-    """The one config the generate_configs stand-in gives a launch of ``name``'s
-    kernel with arguments ``args`` (M, N, K among them)."""
+    """The config for a launch of ``name``'s kernel with arguments ``args`` (M, N, K):
+    the next power of two of each, in [MIN_TILE, MAX_TILE]; a dimension that is no
+    power of two gets a tile that does not divide it (the masked paths run)."""
     import triton
 
     keys = GENERATED_CONFIG_KEYS.get(name)
@@ -128,14 +116,14 @@ def generated_config(name: str, args: dict):
             f"triton.autotune(generate_configs={name!r}) is FlagTree's XPU autotuner; "
             f"copyfix.emulation generates configs for {sorted(GENERATED_CONFIG_KEYS)} only"
         )
-    tiles = [_tile(args[dim]) for dim in ("M", "N", "K")]
+    tiles = [1 << max(0, int(args[dim]) - 1).bit_length() for dim in "MNK"]
+    tiles = [max(MIN_TILE, min(MAX_TILE, tile)) for tile in tiles]
     return triton.Config(dict(zip(keys, tiles)))
 
 
 @functools.cache
 def _generated_configs_autotuner(stock):
-    """A subclass of ``stock`` (Triton's Autotuner, so FlagGems' LibEntry still
-    recognises it) whose every run takes its one config from generated_config."""
+    """``stock`` (Triton's Autotuner, which LibEntry recognises) on generated_config."""
 
     class GeneratedConfigsAutotuner(stock):
         def run(self, *args, **kwargs):
