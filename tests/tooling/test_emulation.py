@@ -35,14 +35,12 @@ DEV = emulation.device()
 
 @pytest.fixture
 def spies():
-    """copy_module() and its tracking.Paths: torch fallbacks and Triton launches."""
     module = emulation.copy_module()
     with tracking.track(module) as paths:
         yield types.SimpleNamespace(module=module, paths=paths)
 
 
 def kernel_copy(spies, src, dtype):
-    """dst.copy_(src) done by the kunlunxin Triton kernel (asserted), never by torch."""
     dst = torch.empty(src.shape, dtype=dtype, device=DEV)
     launches = len(spies.paths.ranks)
     spies.module.copy_(dst, src)
@@ -51,16 +49,12 @@ def kernel_copy(spies, src, dtype):
     return dst
 
 
-BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
 def bits(t):
-    return t.view(BITS[t.element_size()])
+    return t.view(getattr(torch, f"int{8 * t.element_size()}"))
 
 
 def assert_same_bits(out, ref):
-    """Bit-for-bit equality; NaNs must be NaN at the same places (payloads are not
-    comparable: torch's own CPU paths give 0xFFFF or 0x7FC0 for the same NaN)."""
+    """Bit-for-bit equality; NaNs (whose payloads differ even in torch) by place."""
     assert out.dtype == ref.dtype and out.shape == ref.shape
     nan_out, nan_ref = torch.isnan(out.float()), torch.isnan(ref.float())
     assert torch.equal(nan_out, nan_ref)
@@ -215,9 +209,7 @@ def test_kernel_conversions_match_torch(spies, case):
 
 
 def base_copy(base, dst, src):
-    """dst.copy_(src) through the base module: via the dispatcher in cpu mode (the
-    override can route any module), by calling base.copy_ elsewhere (use_gems() routes
-    only the installed module)."""
+    """dst.copy_(src) through the base module (use_gems() routes only copy_module())."""
     if MODE == "cpu":
         with emulation.cpu_dispatch(base):
             return dst.copy_(src)
@@ -300,7 +292,6 @@ def test_kunlunxin_fallback_inside_cpu_dispatch_does_not_recurse(spies):
 
 
 def record_base_file(monkeypatch, path):
-    """An overlay whose _overlay_info records ``path`` as the base copy.py."""
     info = types.ModuleType("flag_gems._overlay_info")
     info.BASE_COPY_PATH = str(path)
     monkeypatch.setitem(sys.modules, "flag_gems._overlay_info", info)
@@ -378,7 +369,6 @@ def test_version_check_accepts_the_supported_versions(monkeypatch):
 
 
 def fake_package(tmp_path, *extra):
-    """A flag_gems folder holding the base files (pre-images where the overlay patched)."""
     package, fake = Path(flag_gems.__file__).parent, tmp_path / "flag_gems"
     for rel in [*emulation.FLAGGEMS_BASES[emulation.BASE], *extra]:
         (fake / rel).parent.mkdir(parents=True, exist_ok=True)
