@@ -362,8 +362,7 @@ def _casts_as_compiled_triton(interpreter) -> None:
 
 
 # --- triton 3.3-3.6 GridExecutor._restore_args_dev's `storage.copy_(host)` is a
-# self-copy for a CPU tensor: left alone during the write-back, so no copy_ kernel sees
-# it (nor deadlocks on LibEntry's lock for want of the self-alias no-op).
+# self-copy for a CPU tensor: left alone during the write-back, so no copy_ sees it.
 def _storage_self_copies_left_alone() -> None:
     import torch
 
@@ -431,8 +430,7 @@ def _strided_buffers_pass_through(interpreter) -> None:
         storage = getattr(arg, "untyped_storage", lambda: None)()
         return getattr(storage, "device", None) == torch.device("cpu")
 
-    # a lazily negated tensor would be cloned through copy_ (the op under test):
-    # a plain alias of its memory, which is what compiled Triton reads
+    # a lazily negated tensor would be cloned through copy_: alias its raw memory
     def _raw(arg):
         if isinstance(arg, torch.Tensor) and arg.is_neg():
             alias = torch.empty(0, dtype=arg.dtype, device=arg.device)
@@ -493,8 +491,7 @@ def _bool_and_float_arguments_as_compiled(interpreter) -> None:
 
 
 def float32_to_bf16_bits(values):
-    """bfloat16 bits (uint16) of float32 values, rounded to nearest even; overflow to
-    +-inf, NaN to the canonical 0x7FFF (NVIDIA's cvt.rn.bf16.f32)."""
+    """bf16 bits of float32 values, to nearest even; NaN to 0x7FFF (cvt.rn.bf16.f32)."""
     values = np.ascontiguousarray(values, dtype=np.float32)
     bits = values.view(np.uint32).astype(np.uint64)
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
@@ -503,8 +500,7 @@ def float32_to_bf16_bits(values):
 
 
 def int_to_bf16_bits(values):
-    """bfloat16 bits (uint16) of integers, rounded ONCE to nearest even, in exact
-    integer arithmetic (no float32 or float64 step, each a second rounding)."""
+    """bf16 bits of integers, rounded ONCE to nearest even, in exact integer arithmetic."""
     values = np.asarray(values)
     if values.dtype.kind == "u" or values.dtype == np.bool_:
         negative = np.zeros(values.shape, dtype=bool)
@@ -549,14 +545,12 @@ def float64_to_float32_round_to_odd(values):
 
 
 def bf16_bits_to_float32(bits):
-    """float32 values of bfloat16 bit patterns (exact: bf16 is the top half of fp32)."""
     bits = np.ascontiguousarray(bits).view(np.uint16)
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
 def no_device_index(device):
-    """torch's no-device index (-1) for what names the CPU (None, a cpu device, "cpu");
-    anything else unchanged."""
+    """-1 for what names the CPU (None, a cpu device, "cpu"); anything else unchanged."""
     import torch
 
     cpu = isinstance(device, (str, torch.device)) and torch.device(device).type == "cpu"
@@ -566,9 +560,8 @@ def no_device_index(device):
 def patch_torch_cpu() -> None:
     import torch
 
-    # --- torch 2.13 / 2.11 torch.cuda._DeviceGuard and device stand for the XPU's
-    # device guard (torch_xmlir's XPU is type "cuda"); the CPU, the emulated device,
-    # maps to -1 (a no-op guard).  Any other index still meets torch's check.
+    # --- torch 2.13 / 2.11 torch.cuda._DeviceGuard and device (the XPU's guard): the
+    # CPU maps to -1 (a no-op guard); any other index still meets torch's check
     for name in ("_DeviceGuard", "device"):
         stock = getattr(torch.cuda, name)
         if not getattr(stock, "_copyfix_patched", False):
@@ -578,13 +571,11 @@ def patch_torch_cpu() -> None:
 
             patched = {"_copyfix_patched": True, "__init__": __init__}
             setattr(torch.cuda, name, type(name, (stock,), patched))
-    # LibEntry keys its kernel cache on current_device(), which raises without CUDA:
-    # the CPU's index, as Tensor.get_device() reports it
+    # LibEntry keys its kernel cache on current_device(), which raises without CUDA
     torch.cuda.current_device = lambda: -1
 
 
 def patch_flag_gems_cpu(base: str) -> None:
-    """The flag_gems patches of the cpu emulation, for ``base`` (a key of FLAGGEMS_BASES)."""
     _provide_interpreter_driver()
     # (LibEntry's module imports flag_gems itself: patched after the import)
     import flag_gems  # noqa: F401
@@ -595,15 +586,13 @@ def patch_flag_gems_cpu(base: str) -> None:
     _where_on_the_emulated_device()
 
 
-# The where modules whose device pick the emulation adapts (kunlunxin and generic).
 WHERE_MODULES = ("_kunlunxin.ops.where", "flag_gems.ops.where")
 _WHERE_DEVICE_PICK = 'filter(lambda k: k.type != "cpu", devices)'
 
 
 def _where_on_the_emulated_device() -> None:
-    # --- flag_gems 5.0.2 / main ops/where.py (both backends) asserts an operand device
-    # whose type is not "cpu" (on the XPU: "cuda"); here, where every operand is on the
-    # CPU, the emulated device, all are kept.  Checked: exactly that one filter.
+    # --- flag_gems 5.0.2 / main ops/where.py asserts an operand device whose type is
+    # not "cpu": where every operand is on the CPU, all are kept
     for name in WHERE_MODULES:
         module = sys.modules.get(name)
         if module is None or getattr(module, "filter", None) is _emulated_device_filter:
@@ -629,7 +618,6 @@ def _emulated_device_filter(predicate, items):
     return iter(items if not kept and items and all(map(cpu, items)) else kept)
 
 
-# The _to_copy modules whose host check the emulation adapts (this overlay's files).
 TO_COPY_MODULES = ("flag_gems.ops.to", "_kunlunxin.ops.to")
 
 
@@ -649,9 +637,7 @@ def _is_transfer(x, device) -> bool:
 
 def _provide_interpreter_driver() -> None:
     # --- triton 3.6 runtime/driver.py: no driver on a CPU box, which FlagGems main's
-    # LibTuner and PR 3's launch cache read: one for the CPU (device -1, stream 0).
-    # Its benchmarker (and do_bench) stands for the device's timing of autotuner
-    # configs: each runs ONCE (a failing one raises) and the first is kept.
+    # LibTuner and PR 3's launch cache read: one for the CPU (device -1, stream 0)
     from triton.runtime.driver import driver
 
     class InterpreterDriver:
@@ -699,9 +685,8 @@ def _register_on_cpu(flag_gems, base: str) -> None:
 
 
 def _patch_libentry(libentry_module) -> None:
-    # --- flag_gems 5.0.2 / main utils/libentry.py LibEntry sizes its per-device kernel
-    # cache by device_count() (0 without CUDA) and indexes it with current_device()
-    # (-1 here): give an instance with no slots one; run() is otherwise LibEntry's own
+    # --- flag_gems 5.0.2 / main utils/libentry.py LibEntry sizes its kernel cache by
+    # device_count() (0 without CUDA): give an instance with no slots one
     @patch(libentry_module.LibEntry, "run")
     def _(stock_run):
         def run(self, *args, **kwargs):
