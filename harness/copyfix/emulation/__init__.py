@@ -130,8 +130,7 @@ def versions() -> dict[str, str | None]:
 
 
 def _check_versions(mode: str) -> str | None:
-    """Raise unless every library ``mode`` patches is one the patches were written
-    for; return the FlagGems base."""
+    """Raise unless ``mode``'s patched libraries are supported; return the base."""
     found = _installed_versions()
 
     def wanted(lib):

@@ -238,19 +238,16 @@ def _library_jit_calls_inside_a_launch(stock) -> None:
         def jit_call(self, *args, **kwargs):
             if not getattr(_state, "grids", 0):
                 return stock_jit_call(self, *args, **kwargs)
-            interpreted = self.__dict__.get("_copyfix_interpreted")
-            if interpreted is None:
-                interpreted = stock(self.fn)
-                self._copyfix_interpreted = interpreted
-            return interpreted(*args, **kwargs)
+            if "_copyfix_interpreted" not in self.__dict__:
+                self._copyfix_interpreted = stock(self.fn)
+            return self._copyfix_interpreted(*args, **kwargs)
 
         return jit_call
 
 
 # --- triton 3.0-3.6 _patch_lang(fn) asserts triton.language is among fn's globals; a
-# device function of a module without it (kunlunxin copy.py) runs inside a kernel that
-# patched it already: an empty scope.  ``skips_repatching`` (nvidia, 3.6): no repeated
-# patching at each device call within a launch (half the nvidia tiny decode's time).
+# device function of a module without it (kunlunxin copy.py) gets an empty scope.
+# ``skips_repatching`` (nvidia, 3.6): no repatching at each device call in a launch.
 def _patch_lang_of_device_functions(interpreter, skips_repatching: bool) -> None:
     import triton.language as tl
 
@@ -260,7 +257,7 @@ def _patch_lang_of_device_functions(interpreter, skips_repatching: bool) -> None
         if not any(
             value is tl or value is tl.core for value in fn.__globals__.values()
         ):
-            # (3.6 returns the scope it patched in; before 3.6 nothing is returned)
+            # (3.6 returns the scope it patched in; before 3.6 nothing)
             scope = getattr(interpreter, "_LangPatchScope", None)
             return scope() if scope is not None else None
         # 3.0-3.2 test `value in [tl, tl.core]` on every global, and torch dtypes'
