@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import types
 from pathlib import Path
 from unittest import mock
@@ -499,10 +500,8 @@ def test_cpu_device_guard_where_device_pick_and_benchmark():
     assert list(pick(not_cpu, [cpu, cuda])) == [cuda]
     assert list(pick(not_cpu, [])) == []
     assert list(pick(lambda k: False, [1, 2])) == []
-    for name in interpreter.WHERE_MODULES:
-        module = sys.modules.get(name)
-        if module is not None:
-            assert module.filter is pick
+    modules = [sys.modules.get(name) for name in interpreter.WHERE_MODULES]
+    assert all(m.filter is pick for m in modules if m is not None)
     # the interpreter benchmark runs each config once
     calls, bench = [], interpreter.interpreter_benchmark
     assert bench(lambda: calls.append(1), quantiles=(0.5, 0.2)) == [0.0, 0.0]
@@ -558,8 +557,6 @@ def test_activation_in_a_fresh_process(code, env):
 def test_a_launch_finishes_when_copy_sees_no_self_alias(monkeypatch):
     """cpu mode: the interpreter's write-back (a storage copied onto itself) must not
     reach copy_ under use_gems(), here blind to aliases (LibEntry's lock deadlocks)."""
-
-    import threading
 
     monkeypatch.setattr(torch._C, "_is_alias_of", lambda a, b: False)
     src = torch.arange(12.0).view(3, 4)

@@ -605,12 +605,10 @@ def _where_on_the_emulated_device() -> None:
 
 def _emulated_device_filter(predicate, items):
     """``filter``, but all items where every one is the CPU and ``predicate`` keeps none."""
-    import builtins
-
     import torch
 
     items = list(items)
-    kept = list(builtins.filter(predicate, items))
+    kept = list(filter(predicate, items))
     cpu = lambda d: isinstance(d, torch.device) and d == torch.device("cpu")
     return iter(items if not kept and items and all(map(cpu, items)) else kept)
 
