@@ -30,8 +30,12 @@ def kernel_home(module):
 
 @dataclass
 class Paths:
-    ranks: list = field(default_factory=list)  # one entry per launch
+    launches: list = field(default_factory=list)  # one (kernel name, rank) per launch
     fallbacks: int = 0
+
+    @property
+    def ranks(self) -> list:
+        return [rank for _, rank in self.launches]
 
     def describe(self) -> str:
         kernel = f"Triton kernel x{len(self.ranks)} (rank {self.ranks})"
@@ -41,24 +45,31 @@ class Paths:
 
 
 @contextlib.contextmanager
-def track(module):
-    """Spy on `module`'s pointwise_dynamic kernels and on aten::copy_'s redispatch."""
+def track(module, kernels=None):
+    """Spy on `module`'s pointwise_dynamic kernels and on aten::copy_'s redispatch:
+    the kernels of :data:`KERNELS` the module has, or each of ``kernels`` (which must
+    all be there)."""
     paths = Paths()
     op = torch.ops.aten.copy_.default
     redispatch = op.redispatch
 
-    def counting(instantiate):
-        return lambda rank: (paths.ranks.append(rank), instantiate(rank))[1]
+    def counting(name, instantiate):
+        def counted(rank):
+            paths.launches.append((name, rank))
+            return instantiate(rank)
+
+        return counted
 
     def counting_redispatch(*args, **kwargs):
         paths.fallbacks += 1
         return redispatch(*args, **kwargs)
 
     home = kernel_home(module)
+    names = kernels or [n for n in KERNELS if hasattr(home, n)]
     with contextlib.ExitStack() as stack:
-        for kernel in (getattr(home, n) for n in KERNELS if hasattr(home, n)):
-            stack.enter_context(
-                mock.patch.object(kernel, "instantiate", counting(kernel.instantiate))
-            )
+        for name in names:
+            kernel = getattr(home, name)
+            counted = counting(name, kernel.instantiate)
+            stack.enter_context(mock.patch.object(kernel, "instantiate", counted))
         stack.enter_context(mock.patch.object(op, "redispatch", counting_redispatch))
         yield paths

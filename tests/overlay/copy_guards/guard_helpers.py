@@ -8,10 +8,7 @@ buffers: on KunlunXIN torch's own strided copy is the kernel that fails, so it c
 serve as the reference there.
 """
 
-import contextlib
 import sys
-import types
-from unittest import mock
 
 import pytest
 import torch
@@ -249,28 +246,10 @@ def assert_bit_exact(res, ref, what, exact_nans=True):
         )
 
 
-@contextlib.contextmanager
 def track_paths():
-    """Count the Triton launches (paths.launches: one (kernel name, rank) each) and
-    aten fallbacks (paths.fallbacks: aten copy_ redispatches) of copy_."""
-    mod, paths = strided_module(), types.SimpleNamespace(launches=[], fallbacks=0)
-    redispatch = torch.ops.aten.copy_.default.redispatch
-
-    def counting(name, instantiate):
-        return lambda rank: paths.launches.append((name, rank)) or instantiate(rank)
-
-    def counting_redispatch(*args, **kwargs):
-        paths.fallbacks += 1
-        return redispatch(*args, **kwargs)
-
-    with contextlib.ExitStack() as stack:
-        for name in tracking.OP_KERNELS:
-            kernel = getattr(mod, name)
-            counted = counting(name, kernel.instantiate)
-            stack.enter_context(mock.patch.object(kernel, "instantiate", counted))
-        copy_ = torch.ops.aten.copy_.default
-        stack.enter_context(mock.patch.object(copy_, "redispatch", counting_redispatch))
-        yield paths
+    """Count copy_'s Triton launches (``paths.launches``: one (kernel name, rank) each,
+    every one of the op's kernels spied on) and aten fallbacks (``paths.fallbacks``)."""
+    return tracking.track(copy_module(), kernels=tracking.OP_KERNELS)
 
 
 def gems_copy_(dst, src):
