@@ -519,7 +519,9 @@ def main(argv=None) -> int:
     sub.add_parser("docs", help="regenerate docs/UPSTREAM_CHECK.md from results/")
     sub.add_parser("reclassify", help="classify stored cases again, then the docs")
     args = parser.parse_args(argv)
-    return globals()[f"cmd_{args.cmd}"](args)
+    commands = {"discover": cmd_discover, "check": cmd_check, "docs": cmd_docs,
+                "reclassify": cmd_reclassify}  # fmt: skip
+    return commands[args.cmd](args)
 
 
 if __name__ == "__main__":
