@@ -59,7 +59,7 @@ CPU_EXCLUDED: dict[str, str] = {}
 # FlagGems' own NVIDIA backend on flag-gems 5.0.2, Hopper, Triton >= 3.4 (not a PR
 # file): memcheck flags mul_kernel (mul.py:42) and the decode faults; with `mul` left to
 # aten it runs to the end (H200, 2026-12-05).  FlagGems' generic `mul` in its place still
-# faulted (block pointers with zero strides: #2307).
+# faulted; block pointers on zero strides (#2307) are the likely cause, not yet run off.
 NVIDIA_EXCLUDED = {
     "mul": "flag-gems 5.0.2's Hopper mul (_nvidia/hopper/ops/mul.py) ignores broadcasting "
     "for same-rank operands: an RMSNorm's (B,1,H) x (B,1,1) reads out of bounds (fixed "
