@@ -99,11 +99,14 @@ def machine() -> str:
 def stamp(*op_files: str, env: str | None = "COPYFIX_OP_COMMIT", **given) -> dict:
     """What a record names beside its figures: ``date``, ``machine`` (this host unless
     given), ``op_commit`` (the last commit of ``op_files``, or ``$env`` where the tree
-    travelled without git; left out without ``op_files``) and whichever of ``mode``,
-    ``versions`` and ``command`` are given."""
+    travelled without git) with ``measured_paths`` (``op_files``: what
+    tests/tooling/test_results_current.py holds ``op_commit`` against; both left out
+    without ``op_files``) and whichever of ``mode``, ``versions`` and ``command`` are
+    given."""
     info = {"date": date(), "machine": given.pop("machine", None) or machine()}
     if op_files:
         info["op_commit"] = op_commit(*op_files, env=env)
+        info["measured_paths"] = list(op_files)
     info.update((k, v) for k, v in given.items() if v is not None)
     return info
 

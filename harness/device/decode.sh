@@ -2,9 +2,11 @@
 # Harness: a Hugging Face Llama decode under FlagGems on the lent NVIDIA machine.
 #   OUT=<dir> [COPYFIX_OP_COMMIT=<sha>] bash harness/device/decode.sh
 # One step, one machine start (torch 2.11, triton 3.6 and transformers 5.17 come with the
-# image; flag_gems-5.0.2 travels in .whl/, composed by harness/device/env.sh):
+# image). The base is DECODE_BASE: main (default; upstream FlagGems main 2026-08-21, the
+# PRs' target, carried as .upstream/main.tgz: see harness/device/run.sh) or 5.0.2 (the
+# wheel in .whl/, composed by harness/device/env.sh):
 #   python -m copyfix.measure.decode (its docstring says what is measured): the configs
-#   small, large and single; the variants base (flag-gems 5.0.2 alone: build/base-only, the
+#   small, large and single; the variants base (the base alone: build/base-only, the
 #   composition with every pre-image put back), composed (cache on) and composed_cache_off,
 #   DECODE_PROCESSES fresh processes each (default 3), alternating, DECODE_ROUNDS timed
 #   generates per column (default 3), FlagGems' own NVIDIA backend (GEMS_VENDOR=nvidia, no
@@ -18,12 +20,16 @@
 set -u
 cd "$(dirname "$0")/../.."
 : "${OUT:=/tmp/out}" "${DEADLINE:=540}" "${KX_RESERVE:=150}" "${DECODE_PROCESSES:=3}" "${DECODE_ROUNDS:=3}"
-: "${DECODE_KX_CONFIGS:=small}"
+: "${DECODE_KX_CONFIGS:=small}" "${DECODE_BASE:=main}"
 LOGS=/tmp/decodelogs && rm -rf $LOGS && mkdir -p $LOGS "$OUT"
 export COPYFIX_OP_COMMIT="${COPYFIX_OP_COMMIT:-}" PYTHONUNBUFFERED=1
 . harness/device/env.sh > $LOGS/env.log 2>&1
+if [ "$DECODE_BASE" = main ]; then  # build/composed over main instead of the 5.0.2 wheel
+  rm -rf /tmp/fgmain && mkdir -p /tmp/fgmain && cp -r .upstream/main/src /tmp/fgmain/
+  FLAGGEMS_BASE=/tmp/fgmain PYTHONPATH=harness python3 -m copyfix.compose --no-editable >> $LOGS/env.log 2>&1
+fi
 unset COPYFIX_EMULATION  # (each worker gets its own: none, or cuda for kunlunxin_emulated)
-echo "=== decode $(date +%T), $((DEADLINE - SECONDS)) s left"
+echo "=== decode over $DECODE_BASE $(date +%T), $((DEADLINE - SECONDS)) s left"
 timeout $((DEADLINE - SECONDS)) python3 -m copyfix.measure.decode --out "$OUT/decode_h200.json" \
   --processes "$DECODE_PROCESSES" --rounds "$DECODE_ROUNDS" --kunlunxin-configs "$DECODE_KX_CONFIGS" \
   --budget-s $((DEADLINE - SECONDS - 15)) --kunlunxin-reserve-s "$KX_RESERVE" ${DECODE_ARGS:-} \

@@ -60,7 +60,8 @@ def test_pytest_summary_command_merges_by_key(tmp_path):
 
 def test_stamp_names_the_run():
     s = records.stamp("src/flag_gems/ops/copy.py", env=None, mode="cpu", command=None)
-    assert list(s) == ["date", "machine", "op_commit", "mode"]
+    assert list(s) == ["date", "machine", "op_commit", "measured_paths", "mode"]
+    assert s["measured_paths"] == ["src/flag_gems/ops/copy.py"]
     assert s["date"].endswith(" UTC") and s["machine"] == records.machine()
     assert records.stamp(machine="H200")["machine"] == "H200"
 

@@ -56,14 +56,16 @@ VARIANTS = ("base", "composed", "composed_cache_off")
 # none, through copyfix.emulation's shims (flag-gems 5.0.2 and main 2026-08-21).
 CPU_EXCLUDED: dict[str, str] = {}
 
-# FlagGems' own NVIDIA backend on flag-gems 5.0.2, Hopper, Triton >= 3.4 (not a PR
-# file): memcheck flags mul_kernel (mul.py:42) and the decode faults; with `mul` left to
-# aten it runs to the end (H200, 2026-12-05).  FlagGems' generic `mul` in its place still
-# faulted; block pointers on zero strides (#2307) are the likely cause, not yet run off.
+# FlagGems' own NVIDIA backend, per base (copyfix.emulation.FLAGGEMS_BASES), the ops
+# left out of use_gems with why.  flag-gems 5.0.2 (not a PR file): its Hopper mul faults
+# the decode (memcheck: mul_kernel, mul.py:42); with `mul` left to aten it runs to the end
+# (H200, 2026-12-05).  Main 2026-08-21 carries #4666's mul: nothing is left out there.
 NVIDIA_EXCLUDED = {
-    "mul": "flag-gems 5.0.2's Hopper mul (_nvidia/hopper/ops/mul.py) ignores broadcasting "
-    "for same-rank operands: an RMSNorm's (B,1,H) x (B,1,1) reads out of bounds (fixed "
-    "upstream by #4666)",
+    "5.0.2": {
+        "mul": "flag-gems 5.0.2's Hopper mul (_nvidia/hopper/ops/mul.py) ignores "
+        "broadcasting for same-rank operands: an RMSNorm's (B,1,H) x (B,1,1) reads out "
+        "of bounds (fixed upstream by #4666, in main 2026-08-21)",
+    },
 }
 
 

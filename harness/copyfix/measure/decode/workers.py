@@ -74,7 +74,8 @@ def worker(variant: str, names: list[str], rounds: int, out: Path) -> None:
         raise SystemExit(
             f"{variant}: imported {info['flag_gems_dir']}, composed={info['composed']}"
         )
-    gems = Gems(CPU_EXCLUDED if mode == "cpu" else NVIDIA_EXCLUDED)
+    excluded = NVIDIA_EXCLUDED.get(info["flag_gems_base"], {})
+    gems = Gems(CPU_EXCLUDED if mode == "cpu" else excluded)
     rows = [measure_config(torch, variant, name, rounds, gems) for name in names]
     records.write(out, {"info": info, "rows": rows})
 
