@@ -20,6 +20,12 @@ class Budget:
     def left(self) -> float | None:
         return None if self.end is None else max(1.0, self.end - time.monotonic())
 
+    def spare(self) -> float | None:
+        """Seconds a run may take and still leave the reserve (None: no limit): the
+        first of a kind, with no time to expect, cannot eat what runs last."""
+        left = self.left()
+        return None if left is None else max(1.0, left - self.reserve)
+
     def limit(self) -> float | None:
         """Seconds for the next run (None: no limit; 0: the budget is spent)."""
         if self.end is None:

@@ -46,6 +46,7 @@ CONFIGS = {
     "small": Config(hidden=256, layers=4, batch=2, new_tokens=48, heads=4, kv_heads=2),
     "large": Config(hidden=1024, layers=8, batch=4, new_tokens=32, heads=16, kv_heads=4),
     "single": Config(hidden=1024, layers=8, batch=1, new_tokens=32, heads=16, kv_heads=4),
+    "small_single": Config(hidden=256, layers=4, batch=1, new_tokens=32, heads=4, kv_heads=2),
     "tiny": Config(hidden=32, layers=2, batch=1, new_tokens=2, heads=4, kv_heads=2,
                    vocab=128, prompt=3, dtype="float32"),
 }
@@ -286,7 +287,8 @@ def measure_config(torch, variant: str, name: str, rounds: int, gems: Gems) -> d
     model, ids, mask = build(torch, config, _device(torch))
     n = config.new_tokens
     cache_on = variant != "composed_cache_off"
-    print(f"  [{variant}] {name}: warm-up (eager, then FlagGems)", flush=True)
+    print(f"  [{variant}] {name}: warm-up (eager, then FlagGems) "
+          f"{time.strftime('%H:%M:%S')}", flush=True)  # fmt: skip
     ref_tokens, ref_logits = generate(torch, model, ids, mask, n, logits=True)
     with cache_setting(cache_on):
         tokens, logits = gems.run(generate, torch, model, ids, mask, n, logits=True)
@@ -320,7 +322,7 @@ def measure_config(torch, variant: str, name: str, rounds: int, gems: Gems) -> d
         with cache_setting(not cache_on):
             other = gems.run(generate, torch, model, ids, mask, n)
         row["tokens_equal_other_cache_setting"] = bool(torch.equal(other, tokens))
-    print(f"  [{variant}] {name}: eager {row['eager_tok_s']:.1f} tok/s, {variant} "
+    print(f"  [{variant}] {name} {time.strftime('%H:%M:%S')}: eager {row['eager_tok_s']:.1f} tok/s, {variant} "
           f"{row['tok_s']:.1f} tok/s ({row['x_eager']:.2f} x eager time), "
           f"cache {row['cache_timed']}", flush=True)  # fmt: skip
     return row

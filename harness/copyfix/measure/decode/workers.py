@@ -227,7 +227,7 @@ def measure(args, write) -> dict:
                 env = worker_env(variant, args.mode)
                 out = Path(tmp) / f"{variant}{i}.json"
                 data = budget.timed(
-                    variant, _in_process, worker_args, env, out, budget.left()
+                    variant, _in_process, worker_args, env, out, budget.spare()
                 )
             except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
                 record["workers_failed"].append(f"{label}: {e}")
