@@ -95,9 +95,8 @@ def op_identity() -> dict:
 
     from copyfix import provenance
 
-    commit = provenance.op_commit(*OP_FILES)
     digest = hashlib.sha256((REPO / COPY_PY).read_bytes()).hexdigest()
-    return {"op_commit": commit, "op_sha256": digest}
+    return {**provenance.measured(*OP_FILES), "op_sha256": digest}
 
 
 def measure(args):

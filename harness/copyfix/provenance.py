@@ -28,3 +28,9 @@ def op_commit(*paths: str, env: str | None = "COPYFIX_OP_COMMIT") -> str | None:
     except (OSError, subprocess.CalledProcessError):
         return None
     return done.stdout.strip() or None
+
+
+def measured(*paths: str, env: str | None = "COPYFIX_OP_COMMIT") -> dict:
+    """What a record names of the op it measured: ``op_commit`` and ``measured_paths``
+    (the paths that commit is held against by tests/tooling/test_results_current.py)."""
+    return {"op_commit": op_commit(*paths, env=env), "measured_paths": list(paths)}

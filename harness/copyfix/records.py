@@ -26,7 +26,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from copyfix.compose import sha256 as sha256
-from copyfix.provenance import op_commit
+from copyfix.provenance import measured, op_commit  # noqa: F401
 
 # ------------------------------------------------------------------ files
 
@@ -105,8 +105,7 @@ def stamp(*op_files: str, env: str | None = "COPYFIX_OP_COMMIT", **given) -> dic
     given."""
     info = {"date": date(), "machine": given.pop("machine", None) or machine()}
     if op_files:
-        info["op_commit"] = op_commit(*op_files, env=env)
-        info["measured_paths"] = list(op_files)
+        info.update(measured(*op_files, env=env))
     info.update((k, v) for k, v in given.items() if v is not None)
     return info
 

@@ -129,7 +129,7 @@ def record(version, imports, counts, reason) -> dict:
         "cache_active": bool(composed.get("launch_cache")),
         **counts,
         "reason": reason,
-        "op_commit": records.op_commit(*OP_FILES),
+        **records.measured(*OP_FILES),
         "date": records.date(),
     }
 

@@ -581,7 +581,7 @@ def main(argv=None) -> int:
         else "cuda (compiled Triton, GEMS_VENDOR=kunlunxin, copyfix cuda emulation)",
         "machine": args.machine or records.machine(),
         "versions": probe_conversions.versions(device),
-        "op_commit": provenance.op_commit(f"src/flag_gems/{OPS[args.op].relpath}", env=env),
+        **provenance.measured(f"src/flag_gems/{OPS[args.op].relpath}", env=env),
         "base": ops["base"],
         "before_file": ops["before_file"],
         "after_file": ops["after_file"],

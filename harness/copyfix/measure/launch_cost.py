@@ -36,16 +36,20 @@ NVIDIA_MAX_BOUND = 3.5  # each NVIDIA op's after/eager (issue 31)
 MISS_BOUND = 1.10  # cached/uncached of calls that do not hit (issue 31)
 
 
+_KX = "src/flag_gems/runtime/backend/_kunlunxin/ops/"
+# The files timed (PR 7, and the copy_ and .to() ops of PRs 1, 2 and 5).
+OP_FILES = (
+    "src/flag_gems/utils/launch_cache.py",
+    "src/flag_gems/utils/pointwise_dynamic.py.patch",
+    "src/flag_gems/ops/where.py.patch", "src/flag_gems/ops/copy.py",
+    "src/flag_gems/ops/to.py", _KX + "copy.py", _KX + "copy.py.head.patch",
+    _KX + "strided_copy.py",
+)  # fmt: skip
+
+
 def _op_commit() -> str | None:
-    """The last commit of the files timed (PR 7, and the copy_ and .to() ops of PRs 1, 2 and 5)."""
-    kx = "src/flag_gems/runtime/backend/_kunlunxin/ops/"
-    return provenance.op_commit(
-        "src/flag_gems/utils/launch_cache.py",
-        "src/flag_gems/utils/pointwise_dynamic.py.patch",
-        "src/flag_gems/ops/where.py.patch", "src/flag_gems/ops/copy.py",
-        "src/flag_gems/ops/to.py", kx + "copy.py", kx + "copy.py.head.patch",
-        kx + "strided_copy.py",
-    )  # fmt: skip
+    """The last commit of :data:`OP_FILES`."""
+    return provenance.op_commit(*OP_FILES)
 
 
 def _nvidia_cases(torch, device):
@@ -340,7 +344,7 @@ def with_run(data: dict, backend: str, rows: list, run: dict, commit) -> dict:
     keep = [r for r in data.get("ops", []) if r["backend"] != backend]
     if data.get("op_commit") != commit:  # another op's starts do not carry over
         data.pop("starts", None)
-    data["op_commit"] = commit
+    data["op_commit"], data["measured_paths"] = commit, list(OP_FILES)
     data["ops"] = keep + rows
     data.setdefault("runs", {})[backend] = run
     data["summary"] = summarize(data["ops"])

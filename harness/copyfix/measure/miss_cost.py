@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from copyfix import records
-from copyfix.measure.launch_cost import _op_commit, bounds
+from copyfix.measure.launch_cost import OP_FILES, _op_commit, bounds
 
 
 def measure(rounds: int = 6, cap: int = 16, progress=print) -> dict:
@@ -165,6 +165,7 @@ def measure(rounds: int = 6, cap: int = 16, progress=print) -> dict:
         "alternating rounds, torch.add of (64, 64) fp32 views with row stride w "
         "(a signature per w) under use_gems, stock NVIDIA backend",
         "op_commit": _op_commit(),
+        "measured_paths": list(OP_FILES),
         "machine": ("dry run, cpu" if dry else torch.cuda.get_device_name(0))
         + f", {platform.node()}",
         "versions": {"torch": torch.__version__, "triton": triton.__version__},

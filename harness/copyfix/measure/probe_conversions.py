@@ -253,6 +253,8 @@ def main(argv=None) -> int:
         device = "cuda"
     record = {
         "source": "device" if mode == "compiled" else "interpreter-provisional",
+        "op_independent": "the toolchain's own dtype conversions (Triton kernels of this "
+        "probe, no FlagGems op): a property of the versions named",
         "mode": mode,
         "versions": versions(device, numpy=True),
         "dtypes": list(DTYPES),

@@ -196,6 +196,8 @@ def cmd_discover(args) -> int:
         else "; searched: every case of the searched files"
     )
     selection = {
+        "op_independent": "which of the checkout's own test cases reach the kunlunxin "
+        "copy/copy_ in the base composition (the checkout's files, none of this repository's)",
         "label": label,
         "checkout": str(checkout),
         "how": "cases of the base composition (XPU fault off) that called the kunlunxin "

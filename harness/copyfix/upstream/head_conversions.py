@@ -127,7 +127,7 @@ def main(argv=None) -> int:
         "mode": "cpu (Triton interpreter, copyfix cpu emulation, toolchain model on)",
         "machine": f"{platform.machine()}, CPU only",
         "versions": {"torch": torch.__version__, "triton": triton.__version__},
-        "op_commit": provenance.op_commit(*PATCHES.values(), env=None),
+        **provenance.measured(*PATCHES.values(), env=None),
         "shims": {
             **{k: {"old": o, "new": n} for k, (o, n) in SHIMS.items()},
             "torch": TORCH_SHIM,

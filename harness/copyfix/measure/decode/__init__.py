@@ -68,8 +68,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.worker:
         worker(args.worker, args.configs, args.rounds, args.out)
-    elif args.kunlunxin:
-        records.write(args.out, kunlunxin_section(args.configs))
+    elif args.kunlunxin:  # (on its own: results/decode_kunlunxin_cpu.json)
+        section = kunlunxin_section(args.configs)
+        records.write(args.out, {**records.stamp("src/flag_gems"), **section})
     elif args.nvidia_cpu:
         records.write(args.out, nvidia_cpu_section(args.configs, args.every_op))
     else:

@@ -1,0 +1,88 @@
+"""Every ``results/*.json`` is current: each ``op_commit`` it names is at or after the
+last commit of the paths it says it measured (``measured_paths``, its own or the
+nearest enclosing section's), so no figure of an older op can land silently.  A record
+that measured no file of this repository says why in ``op_independent``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from copyfix import provenance
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = sorted((REPO / "results").glob("*.json"))
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def claims(node, paths=None, where="") -> list[tuple[str, str | None, list | None]]:
+    """(where, op_commit, measured_paths) of every section of ``node`` naming an
+    ``op_commit``; a section's paths are its own, else the nearest enclosing ones."""
+    out = []
+    if isinstance(node, dict):
+        paths = node.get("measured_paths", paths)
+        if "op_commit" in node:
+            out.append((where or "/", node["op_commit"], paths))
+        for key, value in node.items():
+            out += claims(value, paths, f"{where}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            out += claims(value, paths, f"{where}[{i}]")
+    return out
+
+
+def stale(commit: str | None, paths: list | None) -> str | None:
+    """Why ``commit`` is not current for ``paths`` (None: it is)."""
+    if not commit or not paths:
+        return f"op_commit {commit!r} with measured_paths {paths!r}: nothing to hold"
+    missing = [p for p in paths if not _git("ls-files", "--", p)]
+    if missing:
+        return f"measured_paths not in the tree: {missing}"
+    try:
+        _git("cat-file", "-e", f"{commit}^{{commit}}")
+    except subprocess.CalledProcessError:
+        return f"op_commit {commit[:12]} is not in this repository's history"
+    later = _git("log", "--format=%h %s", f"{commit}..HEAD", "--", *paths)
+    return f"changed after {commit[:12]}:\n{later}" if later else None
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=[p.name for p in RESULTS])
+def test_every_figure_names_a_current_op(path):
+    data = json.loads(path.read_text())
+    found = claims(data)
+    if not found:
+        assert data.get("op_independent"), (
+            f"{path.name} names no op_commit and no op_independent reason"
+        )
+        return
+    problems = [f"{w}: {why}" for w, c, p in found if (why := stale(c, p))]
+    assert not problems, f"{path.name} is stale; re-run it or remove it:\n" + "\n".join(
+        problems
+    )
+
+
+def test_a_change_after_the_op_commit_is_caught():
+    """The check itself: the commit before a measured file's last change is stale for
+    it, the last change is current, and a record without paths cannot pass."""
+    rel = "src/flag_gems/utils/launch_cache.py"
+    last = provenance.op_commit(rel, env=None)
+    assert stale(last, [rel]) is None
+    assert "changed after" in stale(_git("rev-parse", f"{last}^"), [rel])
+    assert stale(last, None) and stale(None, [rel])
+    assert "not in the tree" in stale(last, ["src/no/such/file.py"])
+
+
+def test_claims_take_the_nearest_paths():
+    data = {"measured_paths": ["a"], "op_commit": "x",
+            "bases": {"b": {"op_commit": "y"},
+                      "c": {"op_commit": "z", "measured_paths": ["c"]}}}  # fmt: skip
+    assert claims(data) == [("/", "x", ["a"]), ("/bases/b", "y", ["a"]),
+                            ("/bases/c", "z", ["c"])]  # fmt: skip
