@@ -11,7 +11,7 @@
 #   DECODE_PROCESSES fresh processes each (default 3), alternating, DECODE_ROUNDS timed
 #   generates per column (default 3), FlagGems' own NVIDIA backend (GEMS_VENDOR=nvidia, no
 #   emulation); then the kunlunxin_emulated section (cuda emulation, GEMS_VENDOR=kunlunxin,
-#   every op, the device model recording) on DECODE_KX_CONFIGS (default small).
+#   every op, the device model recording) on DECODE_KX_CONFIGS (default small; empty: none).
 #   Into $OUT/decode_h200.json, written after every worker (a run cut short keeps what it
 #   measured); logs in $OUT/decode_logs.tgz.
 # DEADLINE (seconds, default 540) budgets the whole call: no worker starts that would not
@@ -20,7 +20,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 : "${OUT:=/tmp/out}" "${DEADLINE:=540}" "${KX_RESERVE:=150}" "${DECODE_PROCESSES:=3}" "${DECODE_ROUNDS:=3}"
-: "${DECODE_KX_CONFIGS:=small}" "${DECODE_BASE:=main}"
+: "${DECODE_KX_CONFIGS=small}" "${DECODE_BASE:=main}"
 LOGS=/tmp/decodelogs && rm -rf $LOGS && mkdir -p $LOGS "$OUT"
 export COPYFIX_OP_COMMIT="${COPYFIX_OP_COMMIT:-}" PYTHONUNBUFFERED=1
 . harness/device/env.sh > $LOGS/env.log 2>&1
