@@ -80,8 +80,11 @@ def test_whole_records_are_written_as_stored(name, tmp_path):
 def test_upstream_check_sections_merge_back(tmp_path):
     from copyfix.upstream import check
 
-    names = [n for n in ("upstream_check_cpu.json", "upstream_check_cuda.json")
-             if (RESULTS / n).is_file()]  # (the cuda one: when current)
+    names = [
+        n
+        for n in ("upstream_check_cpu.json", "upstream_check_cuda.json")
+        if (RESULTS / n).is_file()
+    ]  # (the cuda one: when current)
     assert "upstream_check_cpu.json" in names
     for name in names:
         stored = json.loads((RESULTS / name).read_text())
@@ -95,8 +98,11 @@ def test_upstream_check_sections_merge_back(tmp_path):
 def test_upstream_ci_sections_merge_back(tmp_path):
     from copyfix.upstream import ci
 
-    names = [n for n in ("upstream_ci_cpu.json", "upstream_ci_cuda.json")
-             if (RESULTS / n).is_file()]  # (the cuda one: when current)
+    names = [
+        n
+        for n in ("upstream_ci_cpu.json", "upstream_ci_cuda.json")
+        if (RESULTS / n).is_file()
+    ]  # (the cuda one: when current)
     assert "upstream_ci_cpu.json" in names
     for name in names:
         stored = json.loads((RESULTS / name).read_text())
