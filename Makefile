@@ -56,9 +56,10 @@ lint: venv
 bench: venv
 	$(PY) -m copyfix.bench $(BENCH_ARGS)
 
-# A Hugging Face Llama decode under FlagGems: eager / stock / composed tok/s,
-# the cache's hit rate, cache on = off, the KunlunXIN emulation (the GPU box runs it:
-# harness/device/decode.sh; DECODE_ARGS="--mode cpu --configs tiny ..." here).
+# A Hugging Face Llama decode under FlagGems: eager / the base alone / composed tok/s,
+# the cache's hit rate, cache on = off, the KunlunXIN emulation (the GPU box runs it over
+# upstream main: harness/device/decode.sh; here, over a FlagGems checkout as the base:
+# FLAGGEMS_BASE=<checkout> make decode DECODE_ARGS="--mode cpu --configs tiny").
 decode: venv
 	$(PY) -m copyfix.measure.decode $(DECODE_ARGS)
 

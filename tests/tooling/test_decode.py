@@ -196,6 +196,21 @@ def test_the_budget_keeps_the_reserve_by_each_kind_s_last_duration(monkeypatch):
     assert not budget.fits_another("base")
     assert budget.fits_another("composed") and budget.fits_another("other")
     assert Budget(None, 100).fits_another("base")
+    # a run's own limit leaves the reserve too (the first of a kind may compile for long)
+    assert budget.spare() == 50 and Budget(None, 100).spare() is None
+    now[0] += 60
+    assert budget.spare() == 1.0  # (never 0: a timeout of 0 would mean none)
+
+
+def test_the_ops_left_out_on_nvidia_are_named_per_known_base():
+    """Each base NVIDIA_EXCLUDED names is one the emulation knows (a misspelt key would
+    silently leave nothing out), and main, the decode's base, leaves nothing out."""
+    from copyfix.emulation import FLAGGEMS_BASES
+    from copyfix.measure.decode.model import NVIDIA_EXCLUDED
+
+    assert set(NVIDIA_EXCLUDED) <= set(FLAGGEMS_BASES)
+    assert "mul" in NVIDIA_EXCLUDED["5.0.2"]
+    assert NVIDIA_EXCLUDED.get("main-2026-08-21", {}) == {}
 
 
 def test_against_compares_logits_up_to_the_first_divergence():
