@@ -59,7 +59,8 @@ bench: venv
 # A Hugging Face Llama decode under FlagGems: eager / the base alone / composed tok/s,
 # the cache's hit rate, cache on = off, the KunlunXIN emulation (the GPU box runs it over
 # upstream main: harness/device/decode.sh; here, over a FlagGems checkout as the base:
-# FLAGGEMS_BASE=<checkout> make decode DECODE_ARGS="--mode cpu --configs tiny").
+# FLAGGEMS_BASE=<checkout> make decode DECODE_ARGS="--mode cpu --configs tiny", in a fresh
+# .venv, which composes over that base).
 decode: venv
 	$(PY) -m copyfix.measure.decode $(DECODE_ARGS)
 
