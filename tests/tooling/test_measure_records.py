@@ -46,12 +46,12 @@ def test_bounds_follow_the_figures():
         "misses": misses_section(_record(all_new=(111.0, 100.0))),
     }
     b = bounds(data)
-    assert b["nvidia median after/eager <= 2.3 (issue 31)"] is True
-    assert b["nvidia each after/eager <= 3.5 (issue 31)"] is False
-    assert b["kunlunxin-emulated each after/aten <= 2.5 (issue 32)"] is True
-    assert "kunlunxin-emulated-head each after/aten <= 2.5 (issue 32)" not in b
-    assert b["misses all_new cached/uncached <= 1.10 (issue 31)"] is False
-    assert b["misses first_call cached/uncached <= 1.10 (issue 31)"] is True
+    assert b["nvidia median after/eager <= 2.3"] is True
+    assert b["nvidia each after/eager <= 3.5"] is False
+    assert b["kunlunxin-emulated each after/aten <= 2.5"] is True
+    assert "kunlunxin-emulated-head each after/aten <= 2.5" not in b
+    assert b["misses all_new cached/uncached <= 1.10"] is False
+    assert b["misses first_call cached/uncached <= 1.10"] is True
 
 
 def _row(eager, after, exact=True, name="copy_transposed"):
@@ -156,7 +156,7 @@ def test_recorded_starts_begin_with_the_record_and_agree_with_its_summary():
     assert st["each"][0]["nvidia"] == nvidia["median_after_over_eager"]
 
 
-def test_starts_summary_reads_nvidias_median_against_issue_31():
+def test_starts_summary_reads_nvidias_median_against_its_bound():
     each = [{"date": d, "nvidia": r} for d, r in (("A", 2.2), ("B", 2.4), ("C", 2.35))]
     data = {"op_commit": "abc", "starts": starts_summary(each)}
     assert data["starts"]["median"] == {"nvidia": 2.35}

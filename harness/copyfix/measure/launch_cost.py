@@ -30,10 +30,10 @@ from copyfix import provenance, records
 
 REPO = Path(__file__).resolve().parents[3]
 SIDE = 64
-COPY_BOUND = 2.5  # each strided copy_'s after/aten, per integration (issue 32)
-NVIDIA_MEDIAN_BOUND = 2.3  # the NVIDIA ops' median after/eager (issue 31)
-NVIDIA_MAX_BOUND = 3.5  # each NVIDIA op's after/eager (issue 31)
-MISS_BOUND = 1.10  # cached/uncached of calls that do not hit (issue 31)
+COPY_BOUND = 2.5  # each strided copy_'s after/aten, per integration
+NVIDIA_MEDIAN_BOUND = 2.3  # the NVIDIA ops' median after/eager
+NVIDIA_MAX_BOUND = 3.5  # each NVIDIA op's after/eager
+MISS_BOUND = 1.10  # cached/uncached of calls that do not hit
 
 
 _KX = "src/flag_gems/runtime/backend/_kunlunxin/ops/"
@@ -320,19 +320,19 @@ def bounds(data: dict) -> dict:
     """The bounds, each True or False, of the figures ``data`` holds."""
     s, out = data.get("summary", {}), {}
     if nv := s.get("nvidia"):
-        out[f"nvidia median after/eager <= {NVIDIA_MEDIAN_BOUND} (issue 31)"] = (
+        out[f"nvidia median after/eager <= {NVIDIA_MEDIAN_BOUND}"] = (
             nv["median_after_over_eager"] <= NVIDIA_MEDIAN_BOUND
         )
-        out[f"nvidia each after/eager <= {NVIDIA_MAX_BOUND} (issue 31)"] = (
+        out[f"nvidia each after/eager <= {NVIDIA_MAX_BOUND}"] = (
             nv["max_after_over_eager"] <= NVIDIA_MAX_BOUND
         )
     for name in KUNLUNXIN_BACKENDS:
         if name in s:
-            out[f"{name} each after/aten <= {COPY_BOUND} (issue 32)"] = (
+            out[f"{name} each after/aten <= {COPY_BOUND}"] = (
                 s[name]["max_after_over_aten"] <= COPY_BOUND
             )
     for name, m in data.get("misses", {}).items():
-        out[f"misses {name} cached/uncached <= {MISS_BOUND:.2f} (issue 31)"] = (
+        out[f"misses {name} cached/uncached <= {MISS_BOUND:.2f}"] = (
             m["ratio"] <= MISS_BOUND
         )
     return out
@@ -511,8 +511,8 @@ def starts_lines(data: dict) -> list[str]:
         f"Over the {len(st['each'])} five-process machine starts on op "
         f"`{(data.get('op_commit') or 'unknown')[:7]}` "
         f"({', '.join(map(_start_name, st['each']))}): KunlunXIN `copy_` after/aten "
-        f"({' / '.join(st['layouts'])}; issue 32: each <= {COPY_BOUND}), NVIDIA's median "
-        f"after/eager over its ops (issue 31: <= {NVIDIA_MEDIAN_BOUND}):",
+        f"({' / '.join(st['layouts'])}; each <= {COPY_BOUND}), NVIDIA's median "
+        f"after/eager over its ops (<= {NVIDIA_MEDIAN_BOUND}):",
         "",
         "| backend | median over starts | min-max over starts | median within the bound |",
         "|---|---|---|---|",
