@@ -18,6 +18,7 @@ from pathlib import Path
 
 from copyfix import emulation, tracking
 from copyfix.measure.timing import Timer
+from copyfix.records import write as write_record
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "results"
@@ -170,7 +171,7 @@ def measure(args):
                 })  # fmt: skip
                 r = records[-1]
                 # (a cut-off run keeps its rows)
-                out.write_text(json.dumps(records, indent=1) + "\n")
+                write_record(out, records)
                 print(
                     f"{layout:11s} {src_name}->{dst_name} n={numel:9d} rank={r['rank_after_coalescing']} "
                     f"launches={r['launches']} fallbacks={r['fallbacks']} exact={bit_exact} "

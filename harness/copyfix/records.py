@@ -37,7 +37,7 @@ def load(path: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def dumps(data: dict) -> str:
+def dumps(data: dict, sort_keys: bool = False) -> str:
     """``data`` as indented JSON, but each entry of any ``pairs`` mapping on one line
     (a conversion matrix stays one (src, dst) pair a line)."""
     entries = []
@@ -58,20 +58,21 @@ def dumps(data: dict) -> str:
                 out[k] = mark(v)
         return out
 
-    text = json.dumps(mark(data), indent=1)
+    text = json.dumps(mark(data), indent=1, sort_keys=sort_keys)
     for i, entry in enumerate(entries):
         text = text.replace(f'"@pair{i}@"', json.dumps(entry), 1)
     return text + "\n"
 
 
-def write(path: Path, data: dict) -> dict:
-    """Write ``data`` to ``path`` atomically (temporary file + ``os.replace``)."""
+def write(path: Path, data: dict, sort_keys: bool = False) -> dict:
+    """Write ``data`` to ``path`` atomically (temporary file + ``os.replace``): every
+    JSON file the harness writes, results and the runs' own outputs alike."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as fh:
-            fh.write(dumps(data))
+            fh.write(dumps(data, sort_keys))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

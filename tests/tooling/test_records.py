@@ -156,3 +156,22 @@ def test_launch_cost_and_misses_merge_back(tmp_path):
     got = records.update(path, lambda d: miss_cost.with_misses(d, misses, "m.json"))
     assert got["misses_note"].startswith("m.json of the same machine start")
     assert dict(got, misses_note=data["misses_note"]) == data
+
+
+def test_only_the_writer_dumps_json_into_files():
+    """Every JSON file the harness writes goes through records.write (atomic, one
+    format): no other module writes json.dumps(...) into a file or json.dump()s."""
+    import re
+
+    harness = Path(records.__file__).parent
+    direct = re.compile(
+        r"json\.dump\(|write_text\(\s*json\.dumps"
+    )  # (\s: newlines too)
+    found = [
+        f"{path.relative_to(harness)}:{text.count(chr(10), 0, m.start()) + 1}"
+        for path in harness.rglob("*.py")
+        if path.name != "records.py"
+        for text in [path.read_text()]
+        for m in direct.finditer(text)
+    ]
+    assert not found, found

@@ -561,7 +561,7 @@ def main(argv=None) -> int:
         mine = args.sources or (names[:: args.jobs] if jobs else names)
         pairs = measure(ops, device, names, sources=mine)
         if args.part:  # a job: hand the pairs back to the parent
-            args.part.write_text(json.dumps({"pairs": pairs}))
+            records.write(args.part, {"pairs": pairs})
             return 0
         cases = issue_cases(ops, device)
         for proc, part in jobs:

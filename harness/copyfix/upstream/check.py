@@ -222,7 +222,7 @@ def cmd_discover(args) -> int:
         },
     }
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(selection, indent=1) + "\n")
+    records.write(out, selection)
     print(
         f"discover {label}: {len(cases)} cases run, {len(reached)} called the kunlunxin "
         f"copy/copy_ ({len(_files_of(reached))} files); wrote {out}"
@@ -264,7 +264,7 @@ def cmd_check(args) -> int:
     runs = {}
     with workspace(checkout) as (work, composed, run_dir):
         select = work / "select.json"
-        select.write_text(json.dumps(nodeids))
+        records.write(select, nodeids)
         files = _files_of(nodeids)
         for name in ("base", "overlay"):
             runs[name] = run = run_pytest(

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from copyfix import emulation
+from copyfix import emulation, records
 
 pytest_plugins = ["copyfix.upstream.xdist"]  # (upstream v5.0.2's conftest under xdist)
 CALLS: dict[str, int] = {}  # nodeid -> kunlunxin copy/copy_ calls (in this process)
@@ -191,6 +191,4 @@ def pytest_sessionfinish(session, exitstatus):
             "fault": os.environ.get("COPYFIX_UPSTREAM_FAULT") == "1",
             "exitstatus": int(exitstatus),
         }
-        Path(out).write_text(
-            json.dumps({"meta": meta, "records": _records}, indent=1, sort_keys=True)
-        )
+        records.write(out, {"meta": meta, "records": _records}, sort_keys=True)
