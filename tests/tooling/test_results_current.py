@@ -49,7 +49,10 @@ def stale(commit: str | None, paths: list | None) -> str | None:
     try:
         _git("cat-file", "-e", f"{commit}^{{commit}}")
     except subprocess.CalledProcessError:
-        return f"op_commit {commit[:12]} is not in this repository's history"
+        return (
+            f"op_commit {commit[:12]} is not in this repository's history "
+            "(a shallow clone cannot tell: clone with the whole history)"
+        )
     later = _git("log", "--format=%h %s", f"{commit}..HEAD", "--", *paths)
     return f"changed after {commit[:12]}:\n{later}" if later else None
 
