@@ -77,16 +77,20 @@ def test_whole_records_are_written_as_stored(name, tmp_path):
     assert path.read_text() == (RESULTS / name).read_text()
 
 
+def _cpu_and_cuda(stem: str) -> list[str]:
+    """``stem``'s cpu record, and its cuda one where it stands (it leaves when stale)."""
+    assert (RESULTS / f"{stem}_cpu.json").is_file()
+    return [
+        f"{stem}_{m}.json"
+        for m in ("cpu", "cuda")
+        if (RESULTS / f"{stem}_{m}.json").is_file()
+    ]
+
+
 def test_upstream_check_sections_merge_back(tmp_path):
     from copyfix.upstream import check
 
-    names = [
-        n
-        for n in ("upstream_check_cpu.json", "upstream_check_cuda.json")
-        if (RESULTS / n).is_file()
-    ]  # (the cuda one: when current)
-    assert "upstream_check_cpu.json" in names
-    for name in names:
+    for name in _cpu_and_cuda("upstream_check"):
         stored = json.loads((RESULTS / name).read_text())
         for label, sec in stored["bases"].items():
             check.write_results(tmp_path / name, label, sec)
@@ -98,13 +102,7 @@ def test_upstream_check_sections_merge_back(tmp_path):
 def test_upstream_ci_sections_merge_back(tmp_path):
     from copyfix.upstream import ci
 
-    names = [
-        n
-        for n in ("upstream_ci_cpu.json", "upstream_ci_cuda.json")
-        if (RESULTS / n).is_file()
-    ]  # (the cuda one: when current)
-    assert "upstream_ci_cpu.json" in names
-    for name in names:
+    for name in _cpu_and_cuda("upstream_ci"):
         stored = json.loads((RESULTS / name).read_text())
         label = next(b for b, s in stored["bases"].items() if all(
             s[k] == stored[k] for k in ("mode", "machine", "op_commit")))  # fmt: skip
