@@ -130,6 +130,20 @@ def test_conversion_sections_merge_back(tmp_path):
         assert in_order == (RESULTS / name).read_text(), name
 
 
+def test_conversion_op_level_names_its_measured_paths(tmp_path):
+    # (the op-level op_commit of a non-copy_ record, top level or a --section, is held
+    # against the op file's paths by tests/tooling/test_results_current.py)
+    from copyfix.measure import generic_conversions as gc
+
+    path, summary = tmp_path / "conv.json", dict.fromkeys(gc._COUNTS, 0)
+    for op, key in (("to_copy", None), ("kunlunxin_to_copy", "kunlunxin")):
+        paths = [f"src/flag_gems/{gc.OPS[op].relpath}"]
+        sec = {"op": op, "op_commit": "c", "measured_paths": paths, "summary": summary}
+        part = gc.merge(path, "5.0.2", sec, key)
+        part = part[key] if key else part
+        assert part["op_commit"] == "c" and part["measured_paths"] == paths
+
+
 def test_triton_matrix_runs_merge_back(tmp_path, monkeypatch):
     from copyfix import triton_matrix as tm
 

@@ -490,6 +490,8 @@ def merge(path: Path, label: str, section: dict, key: str | None = None) -> dict
         commits = {sec.get("op_commit") for sec in bases.values()}
         if section.get("op") not in (None, "copy_"):  # (copy_'s files keep their shape)
             op = {"op": section["op"], "op_commit": section.get("op_commit")}
+            # (the paths that op_commit is held against: tests/tooling/test_results_current.py)
+            op["measured_paths"] = section.get("measured_paths")
             merged = {**op, **merged}
             if len(commits) > 1:
                 merged["op_commits"] = {b: s.get("op_commit") for b, s in bases.items()}
