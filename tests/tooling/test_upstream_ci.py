@@ -448,3 +448,14 @@ def test_a_run_without_test_copy_keeps_the_bases_test_copy_records(tmp_path):
     assert [r["run"]["op_commit"] for r in tc["without_pr"]] == ["old1234"]
     block = upstream_ci.render_block(tmp_path)
     assert "| without PR (run d, op `old1234`) |" in block
+
+
+def test_the_top_names_the_paths_its_op_commit_is_held_against(tmp_path):
+    # (tests/tooling/test_results_current.py holds every op_commit against the nearest
+    # measured_paths: the top's op_commit needs its own)
+    path = tmp_path / "upstream_ci_cpu.json"
+    paths = [export.COPY_PY]
+    data = upstream_ci.write_results(
+        path, "main", _section("main", measured_paths=paths)
+    )
+    assert data["op_commit"] == "abc1234" and data["measured_paths"] == paths

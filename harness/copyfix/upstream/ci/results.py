@@ -96,7 +96,8 @@ def write_results(path: Path, label: str, section: dict) -> dict:
         bases = dict(data.get("bases", {}))
         old = bases.get(label)
         bases[label] = keep_other_prs(old, carry_unreached(old, section))
-        top = {k: section[k] for k in ("mode", "machine", "op_commit")}
+        keys = ("mode", "machine", "op_commit", "measured_paths")  # (what it names)
+        top = {k: section[k] for k in keys if k in section}
         return {**top, "bases": dict(sorted(bases.items()))}
 
     return records.update(path, merge)
