@@ -91,3 +91,17 @@ def test_copy_module_check_accepts_an_op_file_without_pointwise_kernels():
     del later.copy_
     with pytest.raises(RuntimeError, match="has no copy_"):
         kunlunxin._check_copy_module(later)
+
+
+def test_ours_holds_the_kunlunxin_stack_up_to_alias_snapshot(tmp_path, monkeypatch):
+    # PR 4's patches (tests/test_copy.py.pr4.patch) apply on top of PRs 1-3 only: the
+    # "ours" trees apply the stack, not PR 4 alone
+    from copyfix import export
+
+    calls = []
+    monkeypatch.setattr(upstream_ci, "copy_checkout", lambda c, dest: dest)
+    monkeypatch.setattr(export, "apply_stack", lambda t, n: calls.append(n) or [])
+    monkeypatch.setattr(export, "apply_pr", lambda *a: pytest.fail("PR 4 alone"))
+    tree = upstream_later.make_tree(tmp_path, tmp_path, "ours", tmp_path)
+    assert tree == tmp_path / "ours"
+    assert calls == ["alias-snapshot"]

@@ -225,7 +225,7 @@ def make_tree(checkout: Path, work: Path, variant: str, later: Path) -> Path:
     if variant == "ours-on-head":
         adapt(tree)  # (named: ADAPTATIONS)
     if variant in ("ours", "ours-on-head"):
-        export.apply_pr(tree, "alias-snapshot")
+        export.apply_stack(tree, "alias-snapshot")  # (with the PRs it needs)
     return tree
 
 
