@@ -84,7 +84,7 @@ upstream-check: venv
 # results/upstream_ci_$(MODE).json and a block in docs/UPSTREAM_CHECK.md.
 PRS ?=
 upstream-ci: venv
-	@test -n "$(UPSTREAM)" || { echo "usage: make upstream-ci UPSTREAM=<FlagGems checkout> [MODE=cpu|cuda] [PRS='kunlunxin generic'] [UPSTREAM_CI_ARGS='--label L --test-copy quick']"; exit 2; }
+	@test -n "$(UPSTREAM)" || { echo "usage: make upstream-ci UPSTREAM=<FlagGems checkout> [MODE=cpu|cuda] [PRS='strided-copy generic'] [UPSTREAM_CI_ARGS='--label L --test-copy quick']"; exit 2; }
 	$(PY) -m copyfix.upstream.ci "$(UPSTREAM)" --mode $(MODE) $(if $(strip $(PRS)),--pr $(PRS)) $(UPSTREAM_CI_ARGS)
 
 # Upstream's later tle_copy-era kunlunxin copy.py (under .upstream/later/, never committed)

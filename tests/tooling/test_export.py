@@ -107,11 +107,7 @@ def test_make_pr_commits_pr1_as_the_patches_alone(upstream):
     assert (upstream / export.COPY_PY).read_text() == expected
     # PR 1 is small: at most 60 changed lines in the op file, on either era
     for p in (patch, pr.patch_file(export.COPY_PY, head=True)):
-        body = p.read_text().splitlines()
-        changed_lines = [
-            x for x in body if x.startswith(("+", "-")) and x[:3] not in ("+++", "---")
-        ]
-        assert len(changed_lines) <= 60, (p.name, len(changed_lines))
+        assert export.changed_lines(p) <= 60, (p.name, export.changed_lines(p))
     tests = pr.patch_file("tests/test_copy.py").read_text().splitlines()
     assert len([x for x in tests if x.startswith("+") and x[:3] != "+++"]) <= 100
 

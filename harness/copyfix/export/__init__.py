@@ -83,6 +83,15 @@ def pr_text_parts(text: str) -> tuple[str, str]:
     return lines[0][2:].strip(), body
 
 
+def changed_lines(patch: Path) -> int:
+    """A stage patch's changed lines: its ``+``/``-`` lines, less the file headers."""
+    return sum(
+        1
+        for line in Path(patch).read_text().splitlines()
+        if line.startswith(("+", "-")) and line[:3] not in ("+++", "---")
+    )
+
+
 def commit_message(pr_md: Path) -> str:
     title, body = pr_text_parts(Path(pr_md).read_text())
     return f"{title}\n\n{body}\n"

@@ -45,6 +45,18 @@ class InputError(SystemExit):
         return self.message
 
 
+def pr_names(given=None) -> list[str]:
+    """The PRs ``--pr`` names (default: every PR of the stack); InputError on a name
+    that is not one of ``copyfix.export.PRS``."""
+    from copyfix import export
+
+    names = list(given or export.PRS)
+    if unknown := [n for n in names if n not in export.PRS]:
+        known = ", ".join(export.PRS)
+        raise InputError(f"unknown PR {', '.join(unknown)} (known: {known})")
+    return names
+
+
 def validate(args) -> dict:
     from copyfix import emulation, export
 
@@ -62,10 +74,7 @@ def validate(args) -> dict:
             f"{checkout} has no {TEST_OP} (upstream's per-PR test script), so there is "
             "no per-PR CI to run"
         )
-    names = list(args.pr or export.PRS)
-    if unknown := [n for n in names if n not in export.PRS]:
-        known = ", ".join(export.PRS)
-        raise InputError(f"unknown PR {', '.join(unknown)} (known: {known})")
+    names = pr_names(args.pr)
     prs = {}
     for name in names:
         pr = export.PRS[name]
