@@ -109,7 +109,7 @@ def test_upstream_ci_sections_merge_back(tmp_path):
         path = tmp_path / name
         path.write_text(json.dumps(stored))
         ci.write_results(path, label, stored["bases"][label])
-        stored.pop("note")  # (hand-written, kept outside the writer)
+        stored.pop("note", None)  # (hand-written, kept outside the writer)
         assert path.read_text() == json.dumps(stored, indent=1) + "\n", name
 
 
