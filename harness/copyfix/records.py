@@ -26,7 +26,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from copyfix.compose import sha256 as sha256
-from copyfix.provenance import measured, op_commit  # noqa: F401
+from copyfix.provenance import measured
 
 # ------------------------------------------------------------------ files
 

@@ -4,7 +4,7 @@
 # One step, one machine start (torch 2.11, triton 3.6 and transformers 5.17 come with the
 # image). The base is DECODE_BASE: main (default; upstream FlagGems main 2026-08-21, the
 # PRs' target, carried as .upstream/main.tgz: see harness/device/run.sh) or 5.0.2 (the
-# wheel in .whl/, composed by harness/device/env.sh):
+# wheel in .whl/); harness/device/env.sh composes either:
 #   python -m copyfix.measure.decode (its docstring says what is measured): the configs
 #   small, large and single; the variants base (the base alone: build/base-only, the
 #   composition with every pre-image put back), composed (cache on) and composed_cache_off,
@@ -23,11 +23,7 @@ cd "$(dirname "$0")/../.."
 : "${DECODE_KX_CONFIGS=small}" "${DECODE_BASE:=main}"
 LOGS=/tmp/decodelogs && rm -rf $LOGS && mkdir -p $LOGS "$OUT"
 export COPYFIX_OP_COMMIT="${COPYFIX_OP_COMMIT:-}" PYTHONUNBUFFERED=1
-. harness/device/env.sh > $LOGS/env.log 2>&1
-if [ "$DECODE_BASE" = main ]; then  # build/composed over main instead of the 5.0.2 wheel
-  rm -rf /tmp/fgmain && mkdir -p /tmp/fgmain && cp -r .upstream/main/src /tmp/fgmain/
-  FLAGGEMS_BASE=/tmp/fgmain PYTHONPATH=harness python3 -m copyfix.compose --no-editable >> $LOGS/env.log 2>&1
-fi
+ENV_BASE=$DECODE_BASE . harness/device/env.sh > $LOGS/env.log 2>&1
 unset COPYFIX_EMULATION  # (each worker gets its own: none, or cuda for kunlunxin_emulated)
 echo "=== decode over $DECODE_BASE $(date +%T), $((DEADLINE - SECONDS)) s left"
 timeout $((DEADLINE - SECONDS)) python3 -m copyfix.measure.decode --out "$OUT/decode_h200.json" \

@@ -32,16 +32,14 @@ warm_caches() {  # the carried caches, if any, where Triton and FlagGems look
   return 0
 }
 warm_caches
-on_main() {  # build/composed over main (env.sh composes over the 5.0.2 wheel first)
-  . harness/device/env.sh > /tmp/env.log 2>&1
-  rm -rf /tmp/fgmain && mkdir -p /tmp/fgmain && cp -r .upstream/main/src /tmp/fgmain/
-  FLAGGEMS_BASE=/tmp/fgmain PYTHONPATH=harness python3 -m copyfix.compose --no-editable >> /tmp/env.log 2>&1
+on_main() {  # build/composed over main, no emulation until a part asks for it
+  ENV_BASE=main . harness/device/env.sh > /tmp/env.log 2>&1
   unset COPYFIX_EMULATION
 }
 case ${1:-} in
   warm)
     on_main
-    PYTHONPATH=$PYTHONPATH python3 -c "from copyfix.measure.decode.workers import base_only; base_only()"
+    python3 -c "from copyfix.measure.decode.workers import base_only; base_only()"
     for variant in base composed; do
       env GEMS_VENDOR=nvidia PYTHONPATH="$([ $variant = base ] && echo build/base-only:)$PYTHONPATH" \
         timeout 270 python3 -m copyfix.measure.decode --worker $variant --configs small,small_single \

@@ -24,8 +24,8 @@ import statistics
 import time
 from pathlib import Path
 
-from copyfix import records
-from copyfix.measure.launch_cost import OP_FILES, _op_commit, bounds
+from copyfix import provenance, records
+from copyfix.measure.launch_cost import OP_FILES, bounds
 
 
 def measure(rounds: int = 6, cap: int = 16, progress=print) -> dict:
@@ -164,8 +164,7 @@ def measure(rounds: int = 6, cap: int = 16, progress=print) -> dict:
         "what": "PR 7 launch cache, calls that do not hit: cache on vs off, same process, "
         "alternating rounds, torch.add of (64, 64) fp32 views with row stride w "
         "(a signature per w) under use_gems, stock NVIDIA backend",
-        "op_commit": _op_commit(),
-        "measured_paths": list(OP_FILES),
+        **provenance.measured(*OP_FILES),
         "machine": ("dry run, cpu" if dry else torch.cuda.get_device_name(0))
         + f", {platform.node()}",
         "versions": {"torch": torch.__version__, "triton": triton.__version__},
