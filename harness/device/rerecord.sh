@@ -37,19 +37,20 @@ on_main() {  # build/composed over main, no emulation until a part asks for it
   unset COPYFIX_EMULATION
 }
 case ${1:-} in
-  warm)
+  warm)  # inside one call: each step gets what is left of WARM_DEADLINE less the later steps' share
     on_main
     python3 -c "from copyfix.measure.decode.workers import base_only; base_only()"
+    left() { echo $(( ${WARM_DEADLINE:-560} - SECONDS - $1 )); }
     for variant in base composed; do
       env GEMS_VENDOR=nvidia PYTHONPATH="$([ $variant = base ] && echo build/base-only:)$PYTHONPATH" \
-        timeout 270 python3 -m copyfix.measure.decode --worker $variant --configs small,small_single \
-        --rounds 1 --out /tmp/warm-$variant.json > /tmp/warm-$variant.log 2>&1
+        timeout "$(left $([ $variant = base ] && echo 200 || echo 110))" python3 -m copyfix.measure.decode \
+        --worker $variant --configs small --rounds 1 --out /tmp/warm-$variant.json > /tmp/warm-$variant.log 2>&1
       echo "warm $variant rc=$? $(date +%T)"
     done
-    COPYFIX_EMULATION=cuda timeout 200 python3 -m copyfix.measure.decode --kunlunxin --configs small \
+    COPYFIX_EMULATION=cuda timeout "$(left 20)" python3 -m copyfix.measure.decode --kunlunxin --configs small \
       --out /tmp/warm-kx.json > /tmp/warm-kx.log 2>&1; echo "warm kunlunxin rc=$? $(date +%T)"
     tar -czf "$OUT/warm.tgz" -C /root .triton .flaggems 2>/dev/null
-    ls -la "$OUT" ;;
+    tail -n 3 /tmp/warm-*.log; ls -la "$OUT" ;;
   decode) DECODE_ARGS="--configs small,small_single ${DECODE_ARGS:-}" DECODE_KX_CONFIGS= \
             KX_RESERVE=0 bash harness/device/decode.sh ;;
   decode-kx) on_main
