@@ -4,12 +4,14 @@
 # when the op it measured changes (tests/tooling/test_results_current.py); this puts it back.
 #   OUT=<dir> COPYFIX_OP_COMMIT=$(git log -1 --format=%H -- src) bash harness/device/rerecord.sh PART
 # Carry .whl and .upstream (harness/device/run.sh says how they are made), and .warm once a
-# warm part has brought back $OUT/warm.tgz (unpack it into .warm/ here).
+# warm part has brought back $OUT/warm.tgz.part-* (copy the parts into .warm/ here, as they are).
 # Parts, in this order (the decode's first, on one machine where they can):
 #   warm           the decode's kernels compiled once (one base and one composed worker over
 #                  main, NVIDIA backend, then the kunlunxin section's): Triton's and FlagGems'
-#                  caches into $OUT/warm.tgz. On a fresh machine main's first FlagGems generate
-#                  of `small` took over 5.5 minutes (H100, 2026-12-06): no timed call fits then.
+#                  caches into $OUT/warm.tgz.part-aa, -ab, ... (15 MiB each: a file over 16 MiB
+#                  does not come back, and warm.tgz was 23.6 MB on H100, 2026-12-07). On a fresh
+#                  machine main's first FlagGems generate of `small` took over 5.5 minutes (H100,
+#                  2026-12-06): no timed call fits then.
 #   decode         results/decode_h200.json: harness/device/decode.sh over main, NVIDIA section
 #   decode-kx      results/decode_kunlunxin_h200.json: the decode with GEMS_VENDOR=kunlunxin in the
 #                  cuda emulation over main, every op, device model recording (as
@@ -28,7 +30,11 @@ cd "$(dirname "$0")/../.."
 mkdir -p "$OUT"
 export OUT COPYFIX_OP_COMMIT="${COPYFIX_OP_COMMIT:-}"
 warm_caches() {  # the carried caches, if any, where Triton and FlagGems look
-  [ -f .warm/warm.tgz ] && mkdir -p /root && tar -xzf .warm/warm.tgz -C /root
+  if ls .warm/warm.tgz.part-* > /dev/null 2>&1; then
+    mkdir -p /root && cat .warm/warm.tgz.part-* | tar -xzf - -C /root
+  elif [ -f .warm/warm.tgz ]; then
+    mkdir -p /root && tar -xzf .warm/warm.tgz -C /root
+  fi
   return 0
 }
 warm_caches
@@ -49,7 +55,7 @@ case ${1:-} in
     done
     COPYFIX_EMULATION=cuda timeout "$(left 20)" python3 -m copyfix.measure.decode --kunlunxin --configs small \
       --out /tmp/warm-kx.json > /tmp/warm-kx.log 2>&1; echo "warm kunlunxin rc=$? $(date +%T)"
-    tar -czf "$OUT/warm.tgz" -C /root .triton .flaggems 2>/dev/null
+    tar -czf - -C /root .triton .flaggems 2>/dev/null | split -b 15M - "$OUT/warm.tgz.part-"
     tail -n 3 /tmp/warm-*.log; ls -la "$OUT" ;;
   decode) DECODE_ARGS="--configs small,small_single ${DECODE_ARGS:-}" DECODE_KX_CONFIGS= \
             KX_RESERVE=0 bash harness/device/decode.sh ;;
