@@ -497,34 +497,18 @@ def float32_to_bf16_bits(values):
 
 
 def int_to_bf16_bits(values):
-    """bf16 bits of integers, rounded ONCE to nearest even, in exact integer arithmetic."""
+    """bf16 bits of integers, rounded ONCE to nearest even: rounded to odd at <= 53
+    bits (float64, exact), then at 24 (float32), the last rounding is the right one."""
     values = np.asarray(values)
-    if values.dtype.kind == "u" or values.dtype == np.bool_:
-        negative = np.zeros(values.shape, dtype=bool)
-        magnitude = values.astype(np.uint64)
-    else:
-        negative = values < 0
-        raw = values.astype(np.int64).view(np.uint64)
-        magnitude = np.where(negative, ~raw + np.uint64(1), raw)  # |-2**63| fits
-    length = np.zeros(values.shape, dtype=np.uint64)  # bit length of the magnitude
-    rest = magnitude.copy()
-    for step in (32, 16, 8, 4, 2, 1):
-        big = rest >= (np.uint64(1) << np.uint64(step))
-        length += np.where(big, np.uint64(step), np.uint64(0))
-        rest = np.where(big, rest >> np.uint64(step), rest)
-    length += (rest > 0).astype(np.uint64)
-    # keep 8 significant bits (bf16's 7 stored + the implicit one)
-    shift = np.where(length > 8, length - np.uint64(8), np.uint64(0))
-    kept = magnitude >> shift
-    dropped = magnitude & ((np.uint64(1) << shift) - np.uint64(1))
-    half = (np.uint64(1) << shift) >> np.uint64(1)
-    round_up = (shift > 0) & (
-        (dropped > half) | ((dropped == half) & ((kept & np.uint64(1)) == 1))
-    )
-    kept = kept + round_up.astype(np.uint64)  # 256 after a carry: still exact below
-    exact = np.ldexp(kept.astype(np.float64), shift.astype(np.int64))
-    bits = (exact.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
-    return np.where(negative, bits | np.uint16(0x8000), bits).astype(np.uint16)
+    negative = values < 0 if values.dtype.kind == "i" else np.zeros(values.shape, bool)
+    magnitude = values.astype(np.uint64)
+    magnitude = np.where(negative, ~magnitude + np.uint64(1), magnitude)  # |-2**63|
+    shift = np.maximum(np.frexp(magnitude.astype(np.float64))[1] - 53, 0)
+    cut = shift.astype(np.uint64)
+    sticky = (magnitude & ((np.uint64(1) << cut) - np.uint64(1))) != 0
+    odd = np.ldexp(((magnitude >> cut) | sticky).astype(np.float64), shift)
+    odd = float64_to_float32_round_to_odd(np.where(negative, -odd, odd))
+    return float32_to_bf16_bits(odd)
 
 
 def float64_to_float32_round_to_odd(values):
@@ -722,12 +706,8 @@ def cpu_dispatch(module: types.ModuleType | None = None) -> Iterator[None]:
     native = torch._C._dispatch_find_schema_or_throw("aten::copy_", "")
 
     def copy_(dst, src, non_blocking=False):
-        if not isinstance(src, torch.Tensor):  # a CPU-internal wrapped number
-            for kind, dtype in ((bool, torch.bool), (int, torch.int64),
-                                (float, torch.float64), (complex, torch.complex128)):  # fmt: skip
-                if isinstance(src, kind):
-                    src = torch.tensor(src, dtype=dtype)
-                    break
+        if not isinstance(src, torch.Tensor):  # a CPU-internal wrapped number:
+            src = torch.from_numpy(np.asarray(src))  # bool, int64, float64, complex128
             return native.redispatch_boxed(native_keyset, dst, src, non_blocking)
         return target.copy_(dst, src, non_blocking)
 
