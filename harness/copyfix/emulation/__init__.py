@@ -44,7 +44,6 @@ FLAGGEMS_BASES = {
         "runtime/backend/_kunlunxin/utils/pointwise_dynamic.py": "fd0e469c8b090252",
     },
 }
-_PATCHED = ("torch", "triton", "flag_gems")  # what cpu and cuda patch (native: none)
 
 
 def __getattr__(name: str):
@@ -64,32 +63,18 @@ def flag_gems_dir() -> Path | None:
 def flag_gems_base(package: Path | None = None) -> str | None:
     """The key of FLAGGEMS_BASES whose files ``package`` (default: the flag_gems to be
     imported) holds, or None; a file the overlay patched counts as its pre-image."""
-    short = lambda data: hashlib.sha256(data).hexdigest()[:16]
     package = package or flag_gems_dir()
     if package is None:
         return None
 
     def held(rel):
-        # as it is, or (a checkout with PR 3 applied) with our patch taken out
         kept = package / "_overlay_preimages" / rel
         path = kept if kept.is_file() else package / rel
-        found = {short(path.read_bytes()) if path.is_file() else None}
-        patch = Path(__file__).resolve().parents[3] / "src/flag_gems" / f"{rel}.patch"
-        if path.is_file() and patch.is_file():
-            from copyfix.compose import apply_patch
-
-            try:
-                text = apply_patch(
-                    path.read_text(), patch.read_text(), rel, reverse=True
-                )
-            except RuntimeError:  # not patched by us
-                pass
-            else:
-                found.add(short(text.encode()))
-        return found
+        if path.is_file():
+            return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
     for name, files in FLAGGEMS_BASES.items():
-        if all(sha in held(rel) for rel, sha in files.items()):
+        if all(held(rel) == sha for rel, sha in files.items()):
             return name
     return None
 
@@ -132,32 +117,22 @@ def versions() -> dict[str, str | None]:
 def _check_versions(mode: str) -> str | None:
     """Raise unless ``mode``'s patched libraries are supported; return the base."""
     found = _installed_versions()
-
-    def wanted(lib):
-        if lib == "flag_gems":
-            return "FlagGems " + " or ".join(FLAGGEMS_BASES)
-        return " or ".join(
-            p + "*" if p.endswith(".") else p for p in SUPPORTED_VERSIONS[lib]
-        )
-
-    def supported(lib):
-        if lib == "flag_gems":
-            return found[lib] in FLAGGEMS_BASES
-        public = found[lib].split("+", 1)[0]
-        return any(public.startswith(p) for p in SUPPORTED_VERSIONS[lib])
-
-    bad = [
-        f"{lib} {found[lib]} (written for {wanted(lib)})"
-        for lib in (_PATCHED if mode != "native" else ())
-        if not supported(lib)
-    ]
-    if bad:
+    base = found["flag_gems"] if found["flag_gems"] in FLAGGEMS_BASES else None
+    bad = []
+    for lib, prefixes in SUPPORTED_VERSIONS.items():
+        if not found[lib].split("+", 1)[0].startswith(prefixes):
+            wanted = " or ".join(p + "*" if p.endswith(".") else p for p in prefixes)
+            bad.append(f"{lib} {found[lib]} (written for {wanted})")
+    if base is None:
+        wanted = "FlagGems " + " or ".join(FLAGGEMS_BASES)
+        bad.append(f"flag_gems {found['flag_gems']} (written for {wanted})")
+    if bad and mode != "native":  # (native patches nothing)
         raise RuntimeError(
             f"copyfix.emulation refuses to run in {mode!r} mode: its patches of library internals were "
             f"not written for {', '.join(bad)}. Re-check every patch in {Path(__file__).parent} against "
             "these versions, then update SUPPORTED_VERSIONS / FLAGGEMS_BASES."
         )
-    return found["flag_gems"] if found["flag_gems"] in FLAGGEMS_BASES else None
+    return base
 
 
 def _detect_mode() -> str:
