@@ -57,15 +57,9 @@ def bits(t):
 def assert_same_bits(out, ref):
     """Bit-for-bit equality; NaNs (whose payloads differ even in torch) by place."""
     assert out.dtype == ref.dtype and out.shape == ref.shape
-    nan_out, nan_ref = torch.isnan(out.float()), torch.isnan(ref.float())
-    assert torch.equal(nan_out, nan_ref)
-    keep = ~nan_ref
-    mismatch = (bits(out) != bits(ref)) & keep
-    if mismatch.any():
-        i = mismatch.nonzero()[:5].flatten().tolist()
-        raise AssertionError(
-            f"{int(mismatch.sum())} mismatches, e.g. at {i}: {bits(out)[i]} != {bits(ref)[i]}"
-        )
+    nan = torch.isnan(ref.float())
+    assert torch.equal(torch.isnan(out.float()), nan)
+    torch.testing.assert_close(bits(out)[~nan], bits(ref)[~nan], rtol=0, atol=0)
 
 
 def fp32_rounding_cases():
@@ -256,7 +250,7 @@ def test_xpu_fallback_failure_spares_contiguous_fallbacks_and_composes_with_mock
         assert torch.equal(out[::2], z[::2])
 
 
-def test_cpu_dispatch_routes_tensor_copy_to_kunlunxin_and_unregisters(spies):
+def test_cpu_dispatch_routes_copy_to_kunlunxin_unregisters_and_never_recurses(spies):
     module = spies.module
     src, dst = torch.randn(3, 5, device=DEV), torch.empty(3, 5, device=DEV)
     zeros = torch.zeros(3, 5, device=DEV)
@@ -276,15 +270,11 @@ def test_cpu_dispatch_routes_tensor_copy_to_kunlunxin_and_unregisters(spies):
         dst.copy_(zeros)
         assert len(spies.paths.ranks) == 1 and spy.call_count == (MODE == "cpu")
     assert torch.equal(dst, zeros)
-
-
-def test_kunlunxin_fallback_inside_cpu_dispatch_does_not_recurse(spies):
     # complex -> real goes to torch's fallback in the base and in the overlay copy_
-    a = torch.randn(4, 6, dtype=torch.complex64, device=DEV)
-    dst = torch.empty(4, 6, device=DEV)
+    a = torch.randn(3, 5, dtype=torch.complex64, device=DEV)
     with emulation.cpu_dispatch():
         dst.copy_(a)  # the fallback must not come back here
-    assert spies.paths.fallbacks == 1 and len(spies.paths.ranks) == 0
+    assert spies.paths.fallbacks == 1 and len(spies.paths.ranks) == 1
     assert torch.equal(dst, a.real)
 
 
@@ -385,14 +375,11 @@ def test_the_base_is_read_from_the_flag_gems_that_is_imported(tmp_path):
     (fake / "__init__.py").write_text('__version__ = "5.4.0"\n')
     assert emulation.flag_gems_base(fake) is None
     assert emulation._declared_flag_gems_version(fake) == "5.4.0"
-
-
-def test_a_checkout_with_pr3_applied_is_still_its_base(tmp_path):
     # (upstream-ci applies the launch-cache PR to a checkout; another edit is no base)
     from copyfix.compose import apply_patch
 
     rel = "utils/pointwise_dynamic.py"
-    fake = fake_package(tmp_path, rel)
+    fake = fake_package(tmp_path / "pr3", rel)
     patch = (REPO / "src" / "flag_gems" / f"{rel}.patch").read_text()
     pre = (fake / rel).read_text()
     (fake / rel).write_text(apply_patch(pre, patch, rel))
@@ -425,7 +412,7 @@ def test_xpu_libdevice_module_and_stubs():
             getattr(libdevice, name)(1, 2)
 
 
-def test_xpu_launch_options_are_stripped_only_when_undeclared():
+def test_xpu_launch_options_stripped_when_undeclared_and_configs_generated():
     kernel = types.SimpleNamespace(arg_names=["x", "unroll_num"])
     kept = {"num_warps": 4, "unroll_num": 2, "tile_size": 64}
     xpu = ["buffer_size_limit", "isCloseOffsetAnalysis", "isOpenCmpNan",
@@ -434,9 +421,6 @@ def test_xpu_launch_options_are_stripped_only_when_undeclared():
            "is_sdnn"]  # fmt: skip
     kwargs = {**kept, **dict.fromkeys(xpu, 1)}
     assert emulation.shims.strip_xpu_launch_options(kernel, kwargs) == kept
-
-
-def test_generate_configs_stand_in_gives_each_shape_its_tiles():
     if MODE == "native":  # FlagTree's own autotuner generates them
         return
     config = emulation.shims.generated_config
