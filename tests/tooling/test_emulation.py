@@ -85,7 +85,7 @@ def fp32_rounding_cases():
     return torch.from_numpy(np.concatenate(cases).view(np.float32).copy())
 
 
-def test_activate_is_idempotent_and_reports():
+def test_activate_is_idempotent_reports_and_dispatches_to_the_kunlunxin_copy():
     assert emulation.activate() == emulation.activate(MODE) == MODE == emulation.MODE
     other = next(m for m in emulation.MODES if m != MODE)
     with pytest.raises(RuntimeError, match="already active"):
@@ -95,9 +95,7 @@ def test_activate_is_idempotent_and_reports():
     assert info["flag_gems"] == emulation.BASE in emulation.FLAGGEMS_BASES
     if MODE != "native":
         assert os.environ["GEMS_VENDOR"] == "kunlunxin"
-
-
-def test_dispatched_module_is_the_kunlunxin_copy_with_1d_tile_config():
+    # the dispatched module is the kunlunxin copy, with the 1-D tile config
     module = emulation.copy_module()
     assert module is sys.modules["_kunlunxin.ops.copy"]
     assert module.__file__.replace("\\", "/").endswith("_kunlunxin/ops/copy.py")
@@ -390,13 +388,21 @@ def test_the_base_is_read_from_the_flag_gems_that_is_imported(tmp_path):
     assert emulation.flag_gems_base(fake) is None
 
 
-def test_xpu_libdevice_module_and_stubs():
+def test_shims_xpu_libdevice_launch_options_and_generated_configs():
+    kernel = types.SimpleNamespace(arg_names=["x", "unroll_num"])
+    kept = {"num_warps": 4, "unroll_num": 2, "tile_size": 64}
+    xpu = ["buffer_size_limit", "isCloseOffsetAnalysis", "isOpenCmpNan",
+           # the ones the pattern misses
+           "is_use_mask_zero", "isCLOSE_TTXPU_O_ATOMIC_SIM", "groups_per_cluster",
+           "is_sdnn"]  # fmt: skip
+    kwargs = {**kept, **dict.fromkeys(xpu, 1)}
+    assert emulation.shims.strip_xpu_launch_options(kernel, kwargs) == kept
     import triton.language as tl
     from triton.language.extra.xpu import libdevice
 
     assert tl.extra.xpu.libdevice is libdevice
     assert callable(libdevice.xpu_trunc_div) and callable(libdevice.rint)
-    if MODE == "native":  # KunlunXIN's own Triton provides them
+    if MODE == "native":  # KunlunXIN's own Triton and FlagTree's autotuner
         return
     from triton.language.extra.cuda import libdevice as cuda
 
@@ -410,19 +416,6 @@ def test_xpu_libdevice_module_and_stubs():
     for name in emulation.shims.XPU_ONLY_LIBDEVICE:
         with pytest.raises(NotImplementedError, match=name):
             getattr(libdevice, name)(1, 2)
-
-
-def test_xpu_launch_options_stripped_when_undeclared_and_configs_generated():
-    kernel = types.SimpleNamespace(arg_names=["x", "unroll_num"])
-    kept = {"num_warps": 4, "unroll_num": 2, "tile_size": 64}
-    xpu = ["buffer_size_limit", "isCloseOffsetAnalysis", "isOpenCmpNan",
-           # the ones the pattern misses
-           "is_use_mask_zero", "isCLOSE_TTXPU_O_ATOMIC_SIM", "groups_per_cluster",
-           "is_sdnn"]  # fmt: skip
-    kwargs = {**kept, **dict.fromkeys(xpu, 1)}
-    assert emulation.shims.strip_xpu_launch_options(kernel, kwargs) == kept
-    if MODE == "native":  # FlagTree's own autotuner generates them
-        return
     config = emulation.shims.generated_config
     shape = {"M": 3, "N": 100, "K": 32}
     # the keys each op's kernel reads; powers of two in [16, 64]; a dimension that is
