@@ -143,9 +143,8 @@ def _layout(t) -> dict:
 
 
 def _fault(dst, src, via: str, record: list | None) -> None:
-    """Raise the device's error, or (``record`` given) append the faulting copy:
-    ``via`` ("dispatch" to the device key, or FlagGems' "redispatch") and
-    :func:`call_entry`."""
+    """Raise the device's error, or list the copy in ``record`` (``via``: "dispatch"
+    to the device key, or FlagGems' "redispatch")."""
     if record is None:
         raise invalid_device_function()
     record.append({"via": via, **call_entry(dst, src, sys._getframe(0))})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import sys
@@ -80,8 +81,6 @@ def base_copy_module() -> types.ModuleType:
 
 
 def _check_base_file(path) -> None:
-    import hashlib
-
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     if digest not in BASE_COPY_SHA256:
         raise RuntimeError(
