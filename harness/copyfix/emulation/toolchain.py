@@ -1,13 +1,11 @@
 """A fault model of the KunlunXIN Triton toolchain: conversions it cannot compile.
 
 Upstream's KunlunXIN ``_to_copy`` (``_kunlunxin/ops/to.py`` sha256 ``cf99ee03…``, FlagGems
-3dc44c0d "fix some ops"; ``.upstream/later/kunlunxin_to_head.py`` here) splits three
-conversions through a wider type because the XPU toolchain aborts on int32 -> fp16/bf16,
-rejects fp16 -> bf16 and miscompiles int16 -> bf16.  Each is a compile error here (the
+3dc44c0d "fix some ops"; ``.upstream/later/kunlunxin_to_head.py`` here) splits the
+:data:`FAULTS` conversions through a wider type.  Each is a compile error here (the
 miscompile too: harsher is the rule), checked by the interpreter's ``cast_impl`` on what
-the compiler would emit (after the int -> fp32 -> 16-bit fold; fp16 widened to fp32 still
-counts as fp16).  Scope: kernels launched from ``_kunlunxin`` code (generic kernels stand
-for other vendors' toolchains); :func:`everywhere` covers every kernel.
+the compiler would emit.  Scope: kernels launched from ``_kunlunxin`` code (generic
+kernels stand for other vendors' toolchains); :func:`everywhere` covers every kernel.
 """
 
 from __future__ import annotations
