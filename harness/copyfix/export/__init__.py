@@ -154,10 +154,7 @@ def check_preimage(tree: Path, pr: "PR", table=None, originals=None) -> None:
 def apply_pr(tree: Path, name: str, originals=None) -> list[str]:
     """Write PR `name`'s files into `tree` from their upstream texts (``originals``
     where an earlier PR already wrote them); upstream's head file takes patches."""
-    pr = PRS[name]
-    table = _copyfix_table()
-    check_preimage(tree, pr, table, originals)
-    originals = originals or {}
+    pr, table, originals = PRS[name], _copyfix_table(), originals or {}
 
     def upstream_text(rel):
         return originals[rel] if rel in originals else (tree / rel).read_text()
@@ -168,6 +165,8 @@ def apply_pr(tree: Path, name: str, originals=None) -> list[str]:
         digest = hashlib.sha256(upstream_text(rel).encode()).hexdigest()
         return digest in table.get("head-preimages", {}).get(rel, ())
 
+    patches = {rel: pr.patch_file(rel, on_head(rel)) for rel in pr.patched}
+    check_preimage(tree, pr, table, originals)
     for rel in pr.files:
         dst = tree / rel
         if on_head(rel):
@@ -178,8 +177,7 @@ def apply_pr(tree: Path, name: str, originals=None) -> list[str]:
             continue
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / rel, dst)
-    for rel in pr.patched:
-        patch = pr.patch_file(rel, on_head(rel))
+    for rel, patch in patches.items():
         if not patch.is_file():
             continue  # (upstream's head file: this PR leaves it alone)
         diff, dst = patch.read_text(), tree / rel
@@ -203,12 +201,14 @@ def with_needs(name: str) -> list[str]:
     return [n for n in PRS if n in wanted]
 
 
-def apply_stack(tree: Path, name: str) -> list[str]:
-    """PR ``name`` written into ``tree`` on top of the PRs it needs."""
+def apply_stack(tree: Path, name: str, also=()) -> list[str]:
+    """PR ``name`` written into ``tree`` on top of the PRs it needs, then each PR of
+    ``also`` but ``name`` over the tree as it stands (as a merged tree holds both)."""
     names = with_needs(name)
     rels = dict.fromkeys(rel for n in names for rel in PRS[n].changed)
     originals = {r: (tree / r).read_text() for r in rels if (tree / r).is_file()}
-    applied = [rel for n in names for rel in apply_pr(tree, n, originals)]
+    order = [(n, originals) for n in names] + [(n, None) for n in also if n != name]
+    applied = [rel for n, texts in order for rel in apply_pr(tree, n, texts)]
     return list(dict.fromkeys(applied))
 
 

@@ -251,10 +251,7 @@ def run_base(v: dict, args) -> dict:
         common["log_dir"] = args.log_dir
         for name, files in prs.items():
             tree = copy_checkout(checkout, work / f"pr-{name}")
-            applied = export.apply_stack(tree, name)
-            for other in with_prs:
-                if other != name:  # composed with it, as a merged tree would hold both
-                    applied += export.apply_pr(tree, other)
+            applied = export.apply_stack(tree, name, with_prs)
             print(
                 f"[upstream-ci] {v['label']}: PR {name} applied: {', '.join(applied)}"
             )
