@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from copyfix import export
-from copyfix.upstream.ci.environment import InputError, pr_names
+from copyfix.upstream.ci import InputError, pr_names
 
 REPO = export.REPO
 PAGES = ["README.md", "docs/CONTRIBUTING.md", "docs/MAINTAINERS.md", "docs/HARNESS.md"]
