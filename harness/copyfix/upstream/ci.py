@@ -510,7 +510,9 @@ def run_base(v: dict, args) -> dict:
     return {
         "base": v["label"],
         "checkout": str(checkout),
-        **records.stamp(mode=args.mode, machine=args.machine),
+        "date": records.date(),
+        "machine": args.machine or records.machine(),
+        "mode": args.mode,
         **common.op_identity(),
         "versions": versions,
         "prs": dict(prs),
