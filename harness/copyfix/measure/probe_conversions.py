@@ -42,11 +42,24 @@ BITS_DTYPE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 # Floats as bit patterns (specials, ties) or as values the format holds exactly
 # (checked); float -> int values C leaves undefined are excluded by undefined().
 
-_FP32_BITS = [
-    0x00000000, 0x80000000, 0x7F800000, 0xFF800000,  # +-0, +-inf
-    0x7FC00000, 0xFFC00000, 0x7F800001, 0x7FFFFFFF,  # NaNs: quiet +-, signalling, max payload
-    0x00000001, 0x00400000, 0x007FFFFF, 0x80000001,  # fp32 subnormals
-    0x00800000, 0x7F7FFFFF, 0xFF7FFFFF,  # fp32 min normal, +-max
+
+def _special_bits(exponent: int, mantissa: int) -> list[int]:
+    """The bit patterns every float format's edge values start with, for a format of
+    ``exponent`` and ``mantissa`` bits: +-0, +-inf; NaNs (quiet +-, signalling, max
+    payload); subnormals (the least, the mantissa's top bit, the largest, -least); the
+    min normal and +-max."""
+    sign = 1 << (exponent + mantissa)
+    inf = ((1 << exponent) - 1) << mantissa
+    quiet = inf | 1 << (mantissa - 1)
+    return [
+        0, sign, inf, sign | inf,
+        quiet, sign | quiet, inf | 1, sign - 1,
+        1, 1 << (mantissa - 1), (1 << mantissa) - 1, sign | 1,
+        1 << mantissa, inf - 1, sign | (inf - 1),
+    ]  # fmt: skip
+
+
+_FP32_BITS = _special_bits(8, 23) + [
     0x3F808000, 0x3F818000, 0x3F808001, 0x3F807FFF, 0xBF818000,  # bf16 ties at 1
     0x7F7F7FFF, 0x7F7F8000, 0x7F7F8001, 0xFF7F8000,  # bf16 overflow threshold
     0x00008000, 0x00018000, 0x00010000, 0x00007FFF, 0x007F8000, 0x80008001,  # bf16 subnormals
@@ -62,23 +75,14 @@ _FP32_VALUES = [
     16777216.0, 16777218.0, 2147483520.0, -2147483648.0, 2147483648.0,  # int32 range
     2.0**62, -(2.0**63), 2.0**63, 1e10, -1e10,  # int64 range
 ]  # fmt: skip
-_FP16_BITS = [
-    0x0000, 0x8000, 0x7C00, 0xFC00,  # +-0, +-inf
-    0x7E00, 0xFE00, 0x7C01, 0x7FFF,  # NaNs
-    0x0001, 0x0200, 0x03FF, 0x8001,  # subnormals
-    0x0400, 0x7BFF, 0xFBFF,  # min normal, +-max
+_FP16_BITS = _special_bits(5, 10) + [
     0x3C04, 0x3C0C, 0x3C05, 0x3C03, 0xBC0C,  # bf16 ties at 1
 ]  # fmt: skip
 _FP16_VALUES = [
     0.5, -1.5, 2.75, -0.75, 127.5, -128.0, -129.0, 255.875, 256.0, -1.0, 300.5,
     32752.0, -32768.0, 32768.0, 65504.0, -65504.0,
 ]  # fmt: skip
-_BF16_BITS = [
-    0x0000, 0x8000, 0x7F80, 0xFF80,  # +-0, +-inf
-    0x7FC0, 0xFFC0, 0x7F81, 0x7FFF,  # NaNs
-    0x0001, 0x0040, 0x007F, 0x8001,  # subnormals
-    0x0080, 0x7F7F, 0xFF7F,  # min normal, +-max
-]  # fmt: skip
+_BF16_BITS = _special_bits(8, 7)
 _BF16_VALUES = [
     65280.0, 65536.0, -65536.0,  # fp16 overflow
     2.0**-24, 2.0**-25, 3 * 2.0**-25, 2.0**-26, 2.0**-15,  # fp16 subnormals and ties
