@@ -176,7 +176,7 @@ def activate(mode: str | None = None, *, detect: bool = True) -> str | None:
         if vendor == "kunlunxin":  # (the shims serve the kunlunxin sources only)
             shims.patch_triton_common()
         interpreter.patch_triton_interpreter(vendor)
-        if vendor == "kunlunxin":  # (after the interpreter's JITFunction is in place)
+        if vendor == "kunlunxin":  # (before `import flag_gems` binds the names)
             from . import xpu_libdevice
 
             xpu_libdevice.install(sys.modules["triton.language.extra.xpu.libdevice"])

@@ -23,6 +23,16 @@ XPU_ONLY_LIBDEVICE = tuple(
 )
 
 
+def libdevice_builtin(fn, name: str):
+    """``fn`` as ``triton.language.extra.xpu.libdevice.<name>``.  Triton 3.6 accepts
+    only JIT functions and builtins among a kernel's globals: marked as a builtin, it
+    is called as it is, at compile or (interpreter) run time."""
+    fn.__name__ = fn.__qualname__ = name
+    fn.__module__ = "triton.language.extra.xpu.libdevice"
+    fn.__triton_builtin__ = True
+    return fn
+
+
 def _xpu_only_stub(name: str):
     def stub(*args, **kwargs):
         raise NotImplementedError(
@@ -30,12 +40,7 @@ def _xpu_only_stub(name: str):
             "copyfix.emulation provides no emulation of it"
         )
 
-    stub.__name__ = stub.__qualname__ = name
-    stub.__module__ = "triton.language.extra.xpu.libdevice"
-    # triton 3.6 accepts only JIT functions and builtins among a kernel's globals:
-    # marked as a builtin, the stub is called (and raises) at compile or run time
-    stub.__triton_builtin__ = True
-    return stub
+    return libdevice_builtin(stub, name)
 
 
 def strip_xpu_launch_options(jit_fn, kwargs: dict) -> dict:

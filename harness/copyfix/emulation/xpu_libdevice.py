@@ -10,46 +10,23 @@ interpreter rejects), and the XPU-only names stay stubs that raise.
 
 from __future__ import annotations
 
-import triton
 import triton.language as tl
+
+from .shims import libdevice_builtin
 
 # Names given an interpreter stand-in (install() replaces exactly these).
 STAND_INS = ("rsqrt", "pow", "sqrt", "exp", "exp2", "log", "log2", "erf")
 
 
-@triton.jit
-def rsqrt(x):
-    return tl.math.rsqrt(x)
+def _from_tl_math(name: str):
+    """libdevice's one-argument ``name`` as ``tl.math.<name>``, looked up at the call:
+    inside a kernel, where the interpreter has put its own ``tl.math`` in place."""
+    return libdevice_builtin(lambda x: getattr(tl.math, name)(x), name)
 
 
-@triton.jit
-def sqrt(x):
-    return tl.math.sqrt(x)
-
-
-@triton.jit
-def exp(x):
-    return tl.math.exp(x)
-
-
-@triton.jit
-def exp2(x):
-    return tl.math.exp2(x)
-
-
-@triton.jit
-def log(x):
-    return tl.math.log(x)
-
-
-@triton.jit
-def log2(x):
-    return tl.math.log2(x)
-
-
-@triton.jit
-def erf(x):
-    return tl.math.erf(x)
+rsqrt, sqrt, exp, exp2, log, log2, erf = map(
+    _from_tl_math, ("rsqrt", "sqrt", "exp", "exp2", "log", "log2", "erf")
+)
 
 
 def pow(base, exponent):  # noqa: A001  (libdevice's name)
@@ -92,9 +69,7 @@ def pow(base, exponent):  # noqa: A001  (libdevice's name)
     return tl.tensor(interpreter.TensorHandle(data, kind), ty)
 
 
-# (a builtin, as .shims' stubs: triton 3.6 accepts no plain function in a kernel)
-pow.__triton_builtin__ = True
-pow.__module__ = "triton.language.extra.xpu.libdevice"
+pow = libdevice_builtin(pow, "pow")  # noqa: A001
 
 
 def install(libdevice) -> None:
