@@ -162,25 +162,40 @@ def _name(dtype):
     return str(dtype).replace("torch.", "")
 
 
-@pytest.mark.copy_
-@GENERIC_COPY_
+# _to_copy (Tensor.to, .bool(), .half(), ...) converts with the same kernels as copy_.
+def _check_to(host_src, dst_dtype, view=lambda t: t, method=None):
+    ref = view(host_src).to(dst_dtype)  # torch on the host
+    src = view(host_src.to(flag_gems.device))
+    with flag_gems.use_gems():
+        res = getattr(src, method)() if method else src.to(dst_dtype)
+    assert res.dtype == dst_dtype and res.stride() == ref.stride()
+    ref = utils.to_reference(_bits(ref).to(flag_gems.device))
+    utils.gems_assert_equal(_bits(res), ref)
+
+
+# Both ops take the same dtype pairs and layouts, each with its own marker and skip.
+CHECKS = [
+    pytest.param(_check_copy, marks=[pytest.mark.copy_, GENERIC_COPY_], id="copy_"),
+    pytest.param(_check_to, marks=[pytest.mark.to_copy, GENERIC_TO_COPY], id="to_copy"),
+]
+
+
+@pytest.mark.parametrize("check", CHECKS)
 @pytest.mark.parametrize("dst_dtype", DTYPES, ids=_name)
 @pytest.mark.parametrize("src_dtype", DTYPES, ids=_name)
-def test_copy_dtype_conversion(src_dtype, dst_dtype):
-    _check_copy(_edge_values(src_dtype, dst_dtype), dst_dtype)
+def test_dtype_conversion(src_dtype, dst_dtype, check):
+    check(_edge_values(src_dtype, dst_dtype), dst_dtype)
 
 
-@pytest.mark.copy_
-@GENERIC_COPY_
+@pytest.mark.parametrize("check", CHECKS)
 @pytest.mark.parametrize("layout", list(STRIDED_VIEWS))
 @pytest.mark.parametrize(
     "src_dtype, dst_dtype",
     STRIDED_PAIRS,
     ids=lambda d: _name(d) if isinstance(d, torch.dtype) else d,
 )
-def test_copy_dtype_conversion_strided(src_dtype, dst_dtype, layout):
-    values = _edge_values(src_dtype, dst_dtype)
-    _check_copy(values, dst_dtype, STRIDED_VIEWS[layout])
+def test_dtype_conversion_strided(src_dtype, dst_dtype, layout, check):
+    check(_edge_values(src_dtype, dst_dtype), dst_dtype, STRIDED_VIEWS[layout])
 
 
 @pytest.mark.copy_
@@ -197,38 +212,6 @@ def test_copy_dtype_conversion_strided(src_dtype, dst_dtype, layout):
 )
 def test_copy_dtype_conversion_reported_cases(src_dtype, values, dst_dtype):
     _check_copy(torch.tensor(values, dtype=src_dtype), dst_dtype)
-
-
-# _to_copy (Tensor.to, .bool(), .half(), ...) converts with the same kernels as copy_.
-def _check_to(host_src, dst_dtype, view=lambda t: t, method=None):
-    ref = view(host_src).to(dst_dtype)  # torch on the host
-    src = view(host_src.to(flag_gems.device))
-    with flag_gems.use_gems():
-        res = getattr(src, method)() if method else src.to(dst_dtype)
-    assert res.dtype == dst_dtype and res.stride() == ref.stride()
-    ref = utils.to_reference(_bits(ref).to(flag_gems.device))
-    utils.gems_assert_equal(_bits(res), ref)
-
-
-@pytest.mark.to_copy
-@GENERIC_TO_COPY
-@pytest.mark.parametrize("dst_dtype", DTYPES, ids=_name)
-@pytest.mark.parametrize("src_dtype", DTYPES, ids=_name)
-def test_to_copy_dtype_conversion(src_dtype, dst_dtype):
-    _check_to(_edge_values(src_dtype, dst_dtype), dst_dtype)
-
-
-@pytest.mark.to_copy
-@GENERIC_TO_COPY
-@pytest.mark.parametrize("layout", list(STRIDED_VIEWS))
-@pytest.mark.parametrize(
-    "src_dtype, dst_dtype",
-    STRIDED_PAIRS,
-    ids=lambda d: _name(d) if isinstance(d, torch.dtype) else d,
-)
-def test_to_copy_dtype_conversion_strided(src_dtype, dst_dtype, layout):
-    values = _edge_values(src_dtype, dst_dtype)
-    _check_to(values, dst_dtype, STRIDED_VIEWS[layout])
 
 
 @pytest.mark.to_copy
