@@ -47,11 +47,6 @@ OP_FILES = (
 )  # fmt: skip
 
 
-def _op_commit() -> str | None:
-    """The last commit of :data:`OP_FILES`."""
-    return provenance.op_commit(*OP_FILES)
-
-
 def _nvidia_cases(torch, device):
     g = torch.Generator(device=device).manual_seed(0)
     x = torch.randn(SIDE, SIDE, device=device, generator=g)
@@ -145,7 +140,7 @@ def measure(backend: str, calls: int, rounds: int):
         cases, gems = _nvidia_cases(torch, device), flag_gems.use_gems
     else:
         cases = _kunlunxin_cases(torch, device)
-        gems = lambda: flag_gems.use_gems(include=["copy_"])  # noqa: E731
+        gems = lambda: flag_gems.use_gems(include=["copy_"])
         with gems():
             cases["copy_contiguous"]()  # (imports the copy module)
         # the composed kunlunxin copy.py must be backend's integration (-head: tle_copy)
@@ -177,6 +172,7 @@ def measure(backend: str, calls: int, rounds: int):
             yield
 
     after, off = functools.partial(cache, True), functools.partial(cache, False)
+    alike = lambda a, b: bool(torch.equal(a, b) and a.stride() == b.stride())
 
     rows = []
     for name, fn in cases.items():
@@ -198,11 +194,8 @@ def measure(backend: str, calls: int, rounds: int):
         with after():
             fn()
         hit = launch_cache.stats()["hits"] > stats["hits"]
-        exact = {k: bool(torch.equal(v, ref) and v.stride() == ref.stride())
-                 for k, v in results.items()}  # fmt: skip
-        b = results["before"]
-        same = all(bool(torch.equal(results[k], b) and results[k].stride() == b.stride())
-                   for k in ("after", "off"))  # fmt: skip
+        exact = {k: alike(v, ref) for k, v in results.items()}
+        same = all(alike(results[k], results["before"]) for k in ("after", "off"))
         row = timer.host_us_interleaved(
             {"eager": (contextlib.nullcontext, fn), "before": (before, fn),
              "after": (after, fn), "cache_off": (off, fn)},
@@ -317,7 +310,6 @@ def summarize(ops: list) -> dict:
 
 
 def bounds(data: dict) -> dict:
-    """The bounds, each True or False, of the figures ``data`` holds."""
     s, out = data.get("summary", {}), {}
     if nv := s.get("nvidia"):
         out[f"nvidia median after/eager <= {NVIDIA_MEDIAN_BOUND}"] = (
@@ -365,7 +357,7 @@ def main(argv=None) -> int:
         rows, run = _in_processes(args)
     else:
         rows, run = measure(args.backend, args.calls, args.rounds)
-    commit = _op_commit()
+    commit = provenance.op_commit(*OP_FILES)
     data = records.update(
         args.out, lambda data: with_run(data, args.backend, rows, run, commit)
     )
@@ -442,11 +434,6 @@ def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> li
     if misses := data.get("misses"):
         each = ", ".join(f"{k} {v['ratio']:.3f}" for k, v in misses.items())
         lines.append(f"Calls that do not hit, cached/uncached (same start): {each}.")
-    for base, t in data.get("upstream_tests", {}).items():
-        lines.append(
-            f"Upstream tests with PR 7, {base}: {t['passed']} passed, {t['failed']} failed, "
-            f"{t['skipped']} skipped ({len(t['files'])} files)."
-        )
     return lines + starts_lines(data)
 
 
