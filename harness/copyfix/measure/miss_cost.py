@@ -185,10 +185,8 @@ def misses_section(record: dict) -> dict:
         name: (w[key]["on_us_per_call"], w[key]["off_us_per_call"])
         for name, key in (("all_new", "all_new"), ("cyclic_over_cap", "round_robin"))
     }
-    pairs["first_call"] = (
-        w["by_call_index_us"]["on"][0],
-        w["by_call_index_us"]["off"][0],
-    )
+    first = w["by_call_index_us"]
+    pairs["first_call"] = (first["on"][0], first["off"][0])
     return {
         name: {"cached_us": on, "uncached_us": off, "ratio": round(on / off, 3)}
         for name, (on, off) in pairs.items()
