@@ -256,7 +256,7 @@ def to_copy(module, src: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return kernel(src, out0=out)
 
 
-def measure(ops: dict, device, dtypes=None, layouts=LAYOUTS, sources=None) -> dict:
+def measure(ops: dict, device, dtypes=None, sources=None) -> dict:
     """{"src->dst": {layout: {"elements", "before_differ", "after_differ", ...}}}
     for every src in ``sources`` (default: ``dtypes``) and dst in ``dtypes``."""
     names = list(dtypes or DTYPES)
@@ -266,7 +266,7 @@ def measure(ops: dict, device, dtypes=None, layouts=LAYOUTS, sources=None) -> di
         for dst_name in names:
             dst_dtype = DTYPES[dst_name]
             entry = {}
-            for layout in layouts:
+            for layout in LAYOUTS:
                 ref_dst, src = layout_pair(values, dst_dtype, layout, device)
                 try:  # torch's own copy_ / _to_copy (nothing of FlagGems dispatched)
                     if hasattr(ops["after"], "to_copy"):
@@ -337,13 +337,11 @@ def summarise(pairs: dict) -> dict:
         p: [r for r in e.values() if "torch_error" not in r] for p, e in pairs.items()
     }
     total["torch_errors"] = sum(len(e) - len(rows[p]) for p, e in pairs.items())
-    for pair_rows in rows.values():
-        for row in pair_rows:
-            for which in ("before", "after"):
-                if row[f"{which}_differ"] is None:
-                    total[f"{which}_errors"] += 1
-                else:
-                    total[f"{which}_differ"] += row[f"{which}_differ"]
+    cells = [r for pair_rows in rows.values() for r in pair_rows]
+    for which in ("before", "after"):
+        counts = [r[f"{which}_differ"] for r in cells]
+        total[f"{which}_errors"] = counts.count(None)
+        total[f"{which}_differ"] = sum(c or 0 for c in counts)
     float8 = [p for p in pairs if "float8" in p]
     total["float8_pairs"] = {
         which: sum(r[which] or 0 for p in float8 for r in rows[p])
@@ -406,13 +404,12 @@ def scalar_functions(path) -> dict[str, str]:
     import ast
 
     text = Path(path).read_text()
-    out = {}
+    lines, out = text.splitlines(), {}
     for node in ast.parse(text).body:
         if isinstance(node, ast.FunctionDef) and any(
             ast.unparse(d) == "triton.jit" for d in node.decorator_list
         ):
-            lines = text.splitlines()[node.lineno - 1 : node.end_lineno]
-            out[node.name] = "\n".join(lines)
+            out[node.name] = "\n".join(lines[node.lineno - 1 : node.end_lineno])
     return out
 
 
