@@ -27,23 +27,18 @@ pytestmark = pytest.mark.harness
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 
-def _record(all_new=(110.0, 100.0), rr=(50.0, 100.0), first=(121.0, 110.0)):
-    return {
-        "workloads": {
-            "all_new": {"on_us_per_call": all_new[0], "off_us_per_call": all_new[1]},
-            "round_robin": {"on_us_per_call": rr[0], "off_us_per_call": rr[1]},
-            "by_call_index_us": {"on": [first[0], 1, 1], "off": [first[1], 1, 1]},
-        }
-    }
-
-
 def test_bounds_follow_the_figures():
+    workloads = {
+        "all_new": {"on_us_per_call": 111.0, "off_us_per_call": 100.0},
+        "round_robin": {"on_us_per_call": 50.0, "off_us_per_call": 100.0},
+        "by_call_index_us": {"on": [121.0, 1, 1], "off": [110.0, 1, 1]},
+    }
     data = {
         "summary": {
             "nvidia": {"median_after_over_eager": 2.3, "max_after_over_eager": 3.51},
             "kunlunxin-emulated": {"max_after_over_aten": 2.49},
         },
-        "misses": misses_section(_record(all_new=(111.0, 100.0))),
+        "misses": misses_section({"workloads": workloads}),
     }
     b = bounds(data)
     assert b["nvidia median after/eager <= 2.3"] is True
@@ -75,9 +70,7 @@ def test_combined_processes_read_each_process_own_ratio():
     assert s["max_after_over_aten"] == pytest.approx(2.4)
     # one process alone is the old reading: its own ratio
     assert summarize(runs[1])["kunlunxin-emulated"]["max_after_over_aten"] == 2.6
-
-
-def test_combined_processes_must_hold_the_same_rows():
+    # every process must hold the same rows
     with pytest.raises(ValueError, match="in 1 of 2 runs"):
         combine([[_row(1.0, 2.0)], [_row(1.0, 2.0, name="copy_step_slice")]])
 
