@@ -26,12 +26,8 @@ KEY = "CPU" if MODE == "cpu" else "CUDA"
 DEV = emulation.device()
 
 
-def kunlunxin_to():
-    return sys.modules["_kunlunxin.ops.to"]
-
-
-def generic_to():
-    return importlib.import_module("flag_gems.ops.to")
+kunlunxin_to = lambda: sys.modules["_kunlunxin.ops.to"]
+generic_to = lambda: importlib.import_module("flag_gems.ops.to")
 
 
 @contextlib.contextmanager
@@ -72,10 +68,10 @@ _pr_module = lambda: importlib.import_module("tests.test_copy_dtype_conversions"
 _pr4_module = lambda: importlib.import_module("tests.test_to_copy_conversions")
 
 
+# (src dtype, values, dst dtype, the PR test's method: None for .to(uint8))
 REPORTED = [
-    (torch.float32, [0.5, -0.25, 2.0, 1e-45], torch.bool, "bool"),
-    (torch.float32, [-1.5, -3.0], torch.uint8, None),
-    (torch.int32, [16842753], torch.bfloat16, "bfloat16"),
+    (gc.DTYPES[s], values, gc.DTYPES[d], None if d == "uint8" else d)
+    for s, values, d in gc.TO_ISSUE_CASES
 ]
 
 
@@ -121,26 +117,22 @@ def test_pr4_test_reaches_the_kunlunxin_op():
 # --- the generic op, dispatched
 
 
-def _check_pairs(module, src_name):
-    values = gc.inputs(src_name)
-    bad = {}
-    for dst_name, dst_dtype in gc.DTYPES.items():
-        for layout in gc.LAYOUTS:
-            _, src = gc.layout_pair(values, dst_dtype, layout, DEV)
-            # (copy=True: a same-dtype .to() reaches _to_copy too)
-            ref = src.to(dst_dtype, copy=True)  # torch (nothing of FlagGems dispatched)
-            with dispatched(module):
-                got = src.to(dst_dtype, copy=True)
-            n = gc.differing(got, ref, src)
-            if n or got.stride() != ref.stride():
-                bad[f"{layout}-{src_name}->{dst_name}"] = (n, got.stride())
-    return bad
-
-
 @pytest.mark.parametrize("src_name", list(gc.DTYPES))
 def test_generic_to_converts_as_torch_through_dispatch(guard, src_name):
-    with spy_kernel_choice(generic_to()) as calls:
-        assert _check_pairs(generic_to(), src_name) == {}
+    module, values, bad = generic_to(), gc.inputs(src_name), {}
+    with spy_kernel_choice(module) as calls:
+        for dst_name, dst_dtype in gc.DTYPES.items():
+            for layout in gc.LAYOUTS:
+                _, src = gc.layout_pair(values, dst_dtype, layout, DEV)
+                # torch's, nothing of FlagGems dispatched (copy=True: a same-dtype
+                # .to() reaches _to_copy too)
+                ref = src.to(dst_dtype, copy=True)
+                with dispatched(module):
+                    got = src.to(dst_dtype, copy=True)
+                n = gc.differing(got, ref, src)
+                if n or got.stride() != ref.stride():
+                    bad[f"{layout}-{src_name}->{dst_name}"] = (n, got.stride())
+    assert bad == {}
     # float8 conversions go to aten; everything else takes a kernel of copy_
     triton = [d for d in gc.DTYPES if d == src_name or "float8" not in src_name + d]
     assert len(calls) == len(triton) * len(gc.LAYOUTS)
@@ -166,15 +158,6 @@ def test_generic_tensor_methods_reach_the_op(guard, method, src_dtype, values):
         with dispatched(generic_to()):
             got = getattr(x, method)()
     assert len(calls) == 1 and gc.differing(got, ref, x) == 0
-
-
-def test_generic_preimage_differs_on_the_issue_cases(guard):
-    ops = gc.generic_ops("to_copy")
-    for row in gc.issue_cases(ops, DEV):
-        assert row["after"] == row["torch"], row
-        if MODE == "cpu" and row["dst"] == "uint8":
-            continue  # (the interpreter wraps, see above)
-        assert row["before"] != row["torch"], row
 
 
 # --- semantics kept: fallbacks, layouts, errors
@@ -265,16 +248,13 @@ def test_measurement_counts_before_and_after(guard):
         assert summary["after_errors"] == 0
 
 
-PLAIN = "_to_copy_func"
-
-
 def test_kunlunxin_kernels_compile_with_only_the_f32_bf16_store_left(guard, tmp_path):
     # Compiled Triton (PTX for sm_90, no GPU): every bfloat16 output but float32's is
     # stored as the bits the kernel rounded; float32 keeps the backend's f32 -> bf16
     # store (what TRITONXPU_BF16_FAST selects on the XPU); the pre-image converts all.
     from test_generic_copy import _ptx  # (tests/overlay is on sys.path, no package)
 
-    module = kunlunxin_to()
+    module, plain = kunlunxin_to(), "_to_copy_func"
     plan = {
         f"{src}->bfloat16": module._kernel_for(gc.DTYPES[src], torch.bfloat16)
         for src in ("int32", "int16", "float16", "float32", "float64", "bool")
@@ -287,9 +267,9 @@ def test_kunlunxin_kernels_compile_with_only_the_f32_bf16_store_left(guard, tmp_
     strided = sys.modules["_kunlunxin.ops.strided_copy"].__file__
     after.update(_ptx(strided, shared, tmp_path))
     preimage = gc.generic_ops("kunlunxin_to_copy")["before_file"]["path"]
-    before = _ptx(preimage, dict.fromkeys(plan, PLAIN), tmp_path)
+    before = _ptx(preimage, dict.fromkeys(plan, plain), tmp_path)
     # float32 keeps the hardware store; bool's 0/1 need no rounding
-    assert mine == dict.fromkeys(["float32->bfloat16", "bool->bfloat16"], PLAIN)
+    assert mine == dict.fromkeys(["float32->bfloat16", "bool->bfloat16"], plain)
     assert set(shared.values()) == {"_to_bf16_kernel"}
     for pair, cvts in after.items():
         bf16 = [c for c in cvts if ".bf16." in c]
