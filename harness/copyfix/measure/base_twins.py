@@ -15,6 +15,7 @@ import importlib.util
 import sys
 import types
 from pathlib import Path
+from unittest import mock
 
 GENERIC = "flag_gems.utils.pointwise_dynamic"
 KUNLUNXIN = "_kunlunxin.utils.pointwise_dynamic"
@@ -93,11 +94,7 @@ def base_twins(module_name: str) -> dict:
 
 @contextlib.contextmanager
 def swapped(twins: dict):
-    saved = {key: getattr(*key) for key in twins}
-    try:
+    with contextlib.ExitStack() as stack:
         for (mod, attr), twin in twins.items():
-            setattr(mod, attr, twin)
+            stack.enter_context(mock.patch.object(mod, attr, twin))
         yield
-    finally:
-        for (mod, attr), value in saved.items():
-            setattr(mod, attr, value)

@@ -319,10 +319,8 @@ def related_paths(device) -> dict:
         got = ref.clone()
         ref.add_(other)
         add.add_(got, other)
-        out["add_"][f"{name} += float64"] = {
-            "differ": differing(got, ref, other),
-            "elements": got.numel(),
-        }
+        entry = {"differ": differing(got, ref, other), "elements": got.numel()}
+        out["add_"][f"{name} += float64"] = entry
     return out
 
 
