@@ -319,8 +319,9 @@ def related_paths(device) -> dict:
         got = ref.clone()
         ref.add_(other)
         add.add_(got, other)
-        entry = {"differ": differing(got, ref, other), "elements": got.numel()}
-        out["add_"][f"{name} += float64"] = entry
+        out["add_"][f"{name} += float64"] = dict(
+            differ=differing(got, ref, other), elements=got.numel()
+        )
     return out
 
 
