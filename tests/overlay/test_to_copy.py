@@ -8,6 +8,7 @@ import contextlib
 import importlib
 import os
 import sys
+from unittest import mock
 
 import pytest
 
@@ -37,11 +38,9 @@ def spy_kernel_choice(module):
     calls = []
     name = "kernel_for" if hasattr(module, "kernel_for") else "_kernel_for"
     stock = getattr(module, name)
-    setattr(module, name, lambda *args: calls.append(args) or stock(*args))
-    try:
+    spy = lambda *args: calls.append(args) or stock(*args)
+    with mock.patch.object(module, name, spy):
         yield calls
-    finally:
-        setattr(module, name, stock)
 
 
 @contextlib.contextmanager
