@@ -9,18 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from copyfix.measure import launch_cost
-from copyfix.measure.launch_cost import (
-    KUNLUNXIN_BACKENDS,
-    STRIDED,
-    add_start,
-    bounds,
-    combine,
-    start_entry,
-    starts_lines,
-    starts_summary,
-    summarize,
-)
+from copyfix.measure import launch_cost as lc
 from copyfix.measure.miss_cost import misses_section
 
 pytestmark = pytest.mark.harness
@@ -40,7 +29,7 @@ def test_bounds_follow_the_figures():
         },
         "misses": misses_section({"workloads": workloads}),
     }
-    b = bounds(data)
+    b = lc.bounds(data)
     assert b["nvidia median after/eager <= 2.3"] is True
     assert b["nvidia each after/eager <= 3.5"] is False
     assert b["kunlunxin-emulated each after/aten <= 2.5"] is True
@@ -59,20 +48,20 @@ def _row(eager, after, exact=True, name="copy_transposed"):
 def test_combined_processes_read_each_process_own_ratio():
     # ratios 2.0, 2.6, 2.4: their median is 2.4; the medians' ratio would be 22/8
     runs = [[_row(10.0, 20.0)], [_row(8.0, 20.8)], [_row(5.0, 12.0, exact=False)]]
-    (row,) = combine(runs)
+    (row,) = lc.combine(runs)
     assert row["eager_us"] == 8.0 and row["after_us"] == 20.0
     assert row["median_ratio"]["after_us"] == pytest.approx(2.4)
     assert row["max_ratio"]["after_us"] == pytest.approx(2.6)
     assert [p["after_us"] for p in row["per_process"]] == [20.0, 20.8, 12.0]
     assert row["bit_exact_vs_eager"] == {"after": False, "before": True}
     assert row["after_hits"] is True
-    s = summarize([row])["kunlunxin-emulated"]
+    s = lc.summarize([row])["kunlunxin-emulated"]
     assert s["max_after_over_aten"] == pytest.approx(2.4)
     # one process alone is the old reading: its own ratio
-    assert summarize(runs[1])["kunlunxin-emulated"]["max_after_over_aten"] == 2.6
+    assert lc.summarize(runs[1])["kunlunxin-emulated"]["max_after_over_aten"] == 2.6
     # every process must hold the same rows
     with pytest.raises(ValueError, match="in 1 of 2 runs"):
-        combine([[_row(1.0, 2.0)], [_row(1.0, 2.0, name="copy_step_slice")]])
+        lc.combine([[_row(1.0, 2.0)], [_row(1.0, 2.0, name="copy_step_slice")]])
 
 
 def test_worker_processes_are_run_and_combined(monkeypatch, tmp_path):
@@ -91,7 +80,7 @@ def test_worker_processes_are_run_and_combined(monkeypatch, tmp_path):
     monkeypatch.setattr("subprocess.run", fake_run)
     out = tmp_path / "r.json"
     args = ["nvidia", "--out", str(out), "--processes", "3", "--rounds", "7"]
-    assert launch_cost.main(args) == 0
+    assert lc.main(args) == 0
     data = json.loads(out.read_text())
     assert len(seen) == 3 and data["runs"]["nvidia"] == {"rounds": 7, "processes": 3}
     (row,) = data["ops"]
@@ -102,9 +91,9 @@ def test_worker_processes_are_run_and_combined(monkeypatch, tmp_path):
 def _start(date, ratios_by_process, backend="kunlunxin-emulated"):
     """A start of the strided layouts at aten 10 us, process i at ratios_by_process[i]."""
     rows = []
-    for name in STRIDED:
+    for name in lc.STRIDED:
         runs = [[_row(10.0, 10.0 * r, name=name)] for r in ratios_by_process]
-        rows += [dict(r, backend=backend) for r in combine(runs)]
+        rows += [dict(r, backend=backend) for r in lc.combine(runs)]
     n = len(ratios_by_process)
     return {"date": date, "ops": rows, "runs": {backend: {"processes": n}}}
 
@@ -112,27 +101,27 @@ def _start(date, ratios_by_process, backend="kunlunxin-emulated"):
 def test_starts_summary_takes_each_starts_median_then_the_median_over_starts():
     # each start's ratio is the median over its processes (2.4 although two exceed 2.5)
     a = _start("A", [2.3, 2.4, 2.6, 2.7, 2.35])
-    assert start_entry(a) == {
+    assert lc.start_entry(a) == {
         "date": "A",
         "kunlunxin-emulated": pytest.approx([2.4] * 3),
     }
     data = {"op_commit": "abcdef0123", "date": "A", "ops": a["ops"], "runs": a["runs"]}
     for date, ratio in (("C", 2.6), ("D", 2.45)):
-        data = add_start(
+        data = lc.add_start(
             {**_start(date, [ratio] * 5), "starts": data.get("starts", {})}
         )
-    data = add_start({**data, **a, "op_commit": "abcdef0123"})
+    data = lc.add_start({**data, **a, "op_commit": "abcdef0123"})
     st = data["starts"]
     assert [e["date"] for e in st["each"]] == ["A", "D", "C"]
     assert st["median"] == {"kunlunxin-emulated": pytest.approx([2.45] * 3)}
     assert st["range"] == {"kunlunxin-emulated": [pytest.approx([2.4, 2.6])] * 3}
-    assert starts_lines(data)[-1] == (
+    assert lc.starts_lines(data)[-1] == (
         "| kunlunxin-emulated | 2.45 / 2.45 / 2.45 "
         "| 2.40-2.60 / 2.40-2.60 / 2.40-2.60 | yes |"
     )
-    data = add_start({**_start("D", [2.55] * 5), "starts": st})  # D again: replaced
+    data = lc.add_start({**_start("D", [2.55] * 5), "starts": st})  # D again: replaced
     assert [e["date"] for e in data["starts"]["each"]] == ["D", "A", "C"]
-    assert starts_lines(data)[-1] == (
+    assert lc.starts_lines(data)[-1] == (
         "| kunlunxin-emulated | 2.55 / 2.55 / 2.55 "
         "| 2.40-2.60 / 2.40-2.60 / 2.40-2.60 | **no** |"
     )
@@ -141,20 +130,20 @@ def test_starts_summary_takes_each_starts_median_then_the_median_over_starts():
 def test_recorded_starts_begin_with_the_record_and_agree_with_its_summary():
     data = json.loads((RESULTS / "launch_cache_h200.json").read_text())
     st = data["starts"]
-    assert st["each"][0] == start_entry(data)
-    assert starts_summary(st["each"]) == st
+    assert st["each"][0] == lc.start_entry(data)
+    assert lc.starts_summary(st["each"]) == st
     assert "nvidia" in st["median"]
-    assert set(st["median"]) <= {*KUNLUNXIN_BACKENDS, "nvidia"}
+    assert set(st["median"]) <= {*lc.KUNLUNXIN_BACKENDS, "nvidia"}
     nvidia = data["summary"]["nvidia"]
     assert st["each"][0]["nvidia"] == nvidia["median_after_over_eager"]
 
 
 def test_starts_summary_reads_nvidias_median_against_its_bound():
     each = [{"date": d, "nvidia": r} for d, r in (("A", 2.2), ("B", 2.4), ("C", 2.35))]
-    data = {"op_commit": "abc", "starts": starts_summary(each)}
+    data = {"op_commit": "abc", "starts": lc.starts_summary(each)}
     assert data["starts"]["median"] == {"nvidia": 2.35}
     assert data["starts"]["range"] == {"nvidia": [2.2, 2.4]}
-    assert starts_lines(data)[-1] == "| nvidia | 2.35 | 2.20-2.40 | **no** |"
+    assert lc.starts_lines(data)[-1] == "| nvidia | 2.35 | 2.20-2.40 | **no** |"
 
 
 def test_conversion_records_keep_the_cells_that_are_not_torchs_and_their_sums():
