@@ -13,11 +13,8 @@ pytestmark = pytest.mark.harness
 
 # Aliasing and special tensors, each against torch's result or error (destination
 # untouched on an error), cut from 16-element buffers.
-_ALIASING = (
-    "partial_overlap one_element_shared_src_first one_element_shared_dst_first"
-    " overlapping_views overlapping_views_neg self_view self_neg adjacent_halves"
-    " adjacent_halves_dst_first bytes_shared_across_dtypes adjacent_across_dtypes"
-).split()
+# (aliasing views without a flag: _READ_FIRST below)
+_ALIASING = ["overlapping_views_neg", "self_view", "self_neg"]
 # variant: kernels launched (each at the destination's rank); None: an error
 _VARIANT_KERNELS = {
     "src_neg": ["copy_slice", "_negate_kernel"],
@@ -25,37 +22,15 @@ _VARIANT_KERNELS = {
     "src_zero": [],  # dst.zero_()
     "dst_zero": None,
     "src_meta": None,  # the fallback raises torch's error
-    "partial_overlap": None,
-    "one_element_shared_src_first": None,
-    "one_element_shared_dst_first": None,
-    "overlapping_views": ["copy_slice", "copy_slice"],  # snapshot, then the copy
     "overlapping_views_neg": ["copy_slice", "copy_slice", "_negate_kernel"],
     "self_view": [],  # the same view: a no-op
     "self_neg": ["_copy_kernel", "_negate_kernel"],  # x <- -x, in place
-    "adjacent_halves": ["_copy_kernel"],
-    "adjacent_halves_dst_first": ["_copy_kernel"],
-    "bytes_shared_across_dtypes": None,
-    "adjacent_across_dtypes": ["_copy_kernel"],
 }
 
 
 def _views(variant, dst_buf, src_buf):
     """The variant's dst and src layouts, cut from 16-element buffers."""
-    if variant == "partial_overlap":  # dense, 16-byte aligned, sharing half
-        return dst_buf[:8], src_buf[4:12]
-    if variant == "one_element_shared_src_first":  # src's last element is dst's first
-        return dst_buf[7:15], src_buf[:8]
-    if variant == "one_element_shared_dst_first":
-        return dst_buf[:8], src_buf[7:15]
-    if variant == "adjacent_halves":  # one storage, no byte in common
-        return dst_buf[8:], src_buf[:8]
-    if variant == "adjacent_halves_dst_first":
-        return dst_buf[:8], src_buf[8:]
-    if variant == "bytes_shared_across_dtypes":  # float32 [0, 32), int16 [24, 40)
-        return dst_buf[:8], src_buf.view(torch.int16)[12:20]
-    if variant == "adjacent_across_dtypes":  # float32 [16, 48), int16 [0, 16)
-        return dst_buf[4:12], src_buf.view(torch.int16)[:8]
-    if variant.startswith("overlapping_views"):  # not dense: torch reads all first
+    if variant == "overlapping_views_neg":  # not dense: torch reads all first
         return dst_buf.view(4, 4)[1:, :3], src_buf.view(4, 4)[:3, 1:]
     if variant == "self_view":
         return dst_buf.view(4, 4).t(), src_buf.view(4, 4).t()
@@ -82,16 +57,15 @@ def _variant(variant, buf, src_buf):
 @pytest.mark.copy_
 @pytest.mark.parametrize("variant", list(_VARIANT_KERNELS))
 def test_copy_alias_and_special_tensors(variant):
-    # a negation bit, a zero tensor on either side, a source elsewhere, a source
-    # sharing bytes with the destination (one element either way, across dtypes,
-    # views torch cannot classify, the same view): torch's result or error
+    # a negation bit, a zero tensor on either side, a meta source, a flagged or
+    # identical view of the destination's bytes: torch's result or error
     cpu = torch.arange(16, dtype=torch.float32) - 5
     aliasing = variant in _ALIASING
     ref_buf = cpu.clone() if aliasing else torch.zeros(16)
     buf = ref_buf.to(gh.DEVICE, copy=True)
     dst, src = _variant(variant, buf, cpu.to(gh.DEVICE))
     ref_dst, ref_src = _variant(variant, ref_buf, cpu)
-    if variant.startswith("overlapping_views"):  # every element reads its old value
+    if variant == "overlapping_views_neg":  # every element reads its old value
         ref_src = ref_src.clone()
     before = gh.host_view(buf).clone()
     try:
@@ -158,6 +132,12 @@ _READ_FIRST = {
     "dense_shifted": (lambda x: (x[4:12], x[:8]), "raise"),
     "dense_shifted_back": (lambda x: (x[:8], x[4:12]), "raise"),
     "dense_element_inside": (lambda x: (x[:3], x[1]), "raise"),
+    # one element shared: src's last is dst's first, and back
+    "dense_one_shared": (lambda x: (x[7:15], x[:8]), "raise"),
+    "dense_one_shared_back": (lambda x: (x[:8], x[7:15]), "raise"),
+    # float32 [0, 32) and int16 [24, 40); float32 [16, 48) and int16 [0, 16)
+    "dtypes_bytes_shared": (lambda x: (x[:8], x.view(torch.int16)[12:20]), "raise"),
+    "dtypes_adjacent": (lambda x: (x[4:12], x.view(torch.int16)[:8]), False),
     "dense_identical": (lambda x: (x.view(torch.int32), x), False),
     "dense_adjacent": (lambda x: (x[8:], x[:8]), False),
     "dense_adjacent_back": (lambda x: (x[:8], x[8:]), False),
@@ -201,17 +181,18 @@ def test_must_read_src_first(case):
         assert must_read_src_first(dst, src) is expected
 
 
-# every copy within one buffer torch accepts (no empty side): a snapshot exactly when
-# the source must be read first, torch's result
-_IN_BUFFER = [
-    c for c, (m, e) in _READ_FIRST.items() if e != "raise" and "empty" not in c
-]
+# every copy within one buffer (no empty side): torch's error, nothing written; else a
+# snapshot exactly when the source must be read first, and torch's result
+_IN_BUFFER = [c for c in _READ_FIRST if "empty" not in c]
 
 
 @pytest.mark.copy_
 @pytest.mark.parametrize("case", _IN_BUFFER)
 def test_copy_alias_snapshot_is_taken_when_must_read_src_first(case):
     make, snapshot = _READ_FIRST[case]
+    if snapshot == "raise":
+        gh.assert_torch_error(lambda dev: (*make(x := torch.randn(16).to(dev)), x))
+        return
     cpu = torch.randn(16)
     x = cpu.to(gh.DEVICE, copy=True)
     dst, src = make(x)
