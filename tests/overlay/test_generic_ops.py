@@ -19,13 +19,8 @@ def test_generic_conversion_tests_pass_on_the_default_backend():
     env = dict(os.environ, COPYFIX_EMULATION="cpu", COPYFIX_CPU_VENDOR="nvidia")
     env.pop("PYTEST_XDIST_WORKER", None)
     files = [f"tests/{name}" for name in pytest_plugin.GENERIC_OP_TESTS]
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files],
-        cwd=export.REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    run = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
+    done = subprocess.run(run, cwd=export.REPO, env=env, capture_output=True, text=True)
     tail = done.stdout.strip().splitlines()[-1]
     assert done.returncode == 0, done.stdout[-3000:]
     assert " passed" in tail and "skipped" not in tail and "failed" not in tail, tail

@@ -48,13 +48,8 @@ def _run(tree: Path, *args, upto: int = 0) -> subprocess.CompletedProcess:
     path = [tree, export.REPO / "harness", export.REPO]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, path)))
     env.update(COPYFIX_EMULATION="cpu", COPYFIX_STACK_UPTO=str(upto))
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=export.REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    run = [sys.executable, *args]
+    return subprocess.run(run, cwd=export.REPO, env=env, capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")
@@ -89,28 +84,23 @@ def _outcomes(done) -> dict:
     return out
 
 
+CMD = ["-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/test_copy_additions.py"]
+
+
 @pytest.mark.parametrize("k", range(1, len(KUNLUNXIN) + 1), ids=KUNLUNXIN)
 def test_each_pr_fixes_its_own_cases(trees, k):
-    cmd = [
-        "-m",
-        "pytest",
-        "-v",
-        "-p",
-        "no:cacheprovider",
-        "tests/test_copy_additions.py",
-    ]
     own = _own_tests(KUNLUNXIN[k - 1])
     assert own
-    after = _run(trees[k], *cmd, upto=k)
+    after = _run(trees[k], *CMD, upto=k)
     assert after.returncode == 0, after.stdout[-3000:]
-    before = _outcomes(_run(trees[k - 1], *cmd, upto=k))
+    before = _outcomes(_run(trees[k - 1], *CMD, upto=k))
     # every one of its tests fails, in every case, without it, but those that guard
     # what ran before it (a contiguous source, dense aliasing views)
     must_fail = own - GUARDS
     for test in must_fail:
         assert before[test] == {"FAILED"}, (test, before[test])
     if k == 1:
-        assert "invalid device function" in _run(trees[0], *cmd, upto=1).stdout
+        assert "invalid device function" in _run(trees[0], *CMD, upto=1).stdout
 
 
 # the conversions PR 1 declines (the native copy runs them: flat copies only)
