@@ -1,19 +1,15 @@
-"""PR 3's patch to ops/where.py: equal shapes are their own broadcast, the output is
-allocated by ``torch.empty_strided`` with ``torch.empty``'s strides, one lambda instead of
-a map and a filter.
-
-``torch.broadcast_shapes`` is Python code that cost more than the cached launch it
-preceded.  The patched ``where_self_out`` skips it when condition, self and
-other have one shape, and calls it as before otherwise, so results and errors are the
-base's.  Each test runs the composed module (patched) beside the base's pre-image, kept
-by the composer, on the same inputs, and compares both with torch bit for bit.
-
-``where_self_out`` refuses tensors that are all on the host ("CPU only"); in cpu mode
-each module's ``filter`` is shadowed so that the host counts as the device.  Nothing
-else of either module is touched: the kernels run (Triton's interpreter in cpu mode).
+"""PR 6's patch to ops/where.py: equal shapes skip ``torch.broadcast_shapes`` (Python
+code that cost more than the cached launch it preceded), the output comes from
+``torch.empty_strided`` with ``torch.empty``'s strides. Each test runs the composed
+(patched) module beside the base's pre-image, kept by the composer, and compares both
+with torch bit for bit. ``where_self_out`` refuses tensors all on the host ("CPU
+only"): in cpu mode each module's ``filter`` is shadowed so the host counts as the
+device; the kernels run (Triton's interpreter in cpu mode).
 """
 
+import contextlib
 import importlib
+from unittest import mock
 
 import pytest
 
@@ -34,17 +30,11 @@ PATCHED = importlib.import_module("flag_gems.ops.where")
 @pytest.fixture(scope="module")
 def modules():
     base = base_twins._load_preimage(PATCHED.__name__, "ops/where.py")
-    saved = []
-    if MODE == "cpu":
-        for m in (PATCHED, base):
-            saved.append((m, m.__dict__.get("filter")))
-            m.filter = lambda keep, items: list(items)
-    yield {"patched": PATCHED, "base": base}
-    for m, old in saved:
-        if old is None:
-            del m.filter
-        else:
-            m.filter = old
+    with contextlib.ExitStack() as stack:
+        for m in (PATCHED, base) if MODE == "cpu" else ():
+            host_ok = lambda keep, items: list(items)
+            stack.enter_context(mock.patch.object(m, "filter", host_ok, create=True))
+        yield {"patched": PATCHED, "base": base}
 
 
 def _t(*shape, dtype=torch.float32, seed=0):
