@@ -1,4 +1,4 @@
-"""PR 3's launch cache: hits, key misses, threads, credit, fallbacks, bit-exactness."""
+"""PR 7's launch cache: hits, key misses, threads, credit, fallbacks, bit-exactness."""
 
 import contextlib
 import hashlib
@@ -398,7 +398,6 @@ def test_calls_it_cannot_key_stay_uncached():
 
 @pytest.mark.parametrize("calls", ["twice", "no recorded_launch"])
 def test_a_call_without_one_recorded_launch_is_not_cached(calls):
-    """A call that launches twice, or a wrapper without recorded_launch: no plan."""
     cache = lc.LaunchCache()
     if calls == "twice":
         fn, xs = lambda x: (axpy(x), FNS.pair(x)), [rand(4, 6)] * 4
@@ -411,7 +410,6 @@ def test_a_call_without_one_recorded_launch_is_not_cached(calls):
 
 
 def test_signatures_of_one_hash_keep_their_own_plans():
-    """With every key hashing alike, each plan is still found by its whole key."""
     xs = [rand(n, 2, seed=n) for n in range(1, 5)]
     want = [ref(x) for x in xs]
     with mock.patch.object(lc, "hash", create=True, new=lambda key: 0):
@@ -443,7 +441,6 @@ def test_recordings_that_are_never_hit_run_out_of_credit():
 
 
 def test_without_hits_recording_goes_on_at_one_per_misses_per_recording():
-    """With no credit and no hit, recording trickles at one per MISSES_PER_RECORDING."""
     with _recordings(RECORD_CREDIT=0, MISSES_PER_RECORDING=4) as plan:
         for n in range(1, 9):  # 8 signatures, N calls each
             warm(rand(n, 2, seed=n))
@@ -470,7 +467,6 @@ def test_a_run_of_one_off_signatures_banks_no_recordings():
 
 
 def test_a_run_of_hits_banks_at_most_max_credit_recordings():
-    """Hits fill the credit only up to MAX_CREDIT."""
     limits = dict(RECORD_CREDIT=1, MAX_CREDIT=3, MISSES_PER_RECORDING=10**6)
     with _recordings(**limits) as plan:
         check(rand(2, 2, seed=1), N + 60)  # counted, recorded, then 60 hits
@@ -506,7 +502,6 @@ def test_a_round_robin_over_more_signatures_than_the_cap_keeps_its_plans():
 
 
 def test_a_count_cleared_before_its_admission_still_records():
-    """Counts cleared between a signature's count and its admission: still recorded."""
     credit = lc.LaunchCache._credit
 
     def cleared_meanwhile(self):
@@ -530,7 +525,6 @@ def test_wrapper_files_are_named_by_their_source():
 
 
 def test_stats_and_clear_while_another_thread_makes_a_cache():
-    """A cache made by another thread while stats() or clear() walks them."""
     held, made = [lc.LaunchCache()], []
 
     class Walked(weakref.WeakSet):
@@ -631,7 +625,6 @@ def test_threads_count_signatures_while_another_clears():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32], ids=str)
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_generic_copy_hits(layout, dtype):
-    """The generic copy_ hits after the recording, bit for bit the uncached copy_."""
     copy_ = sys.modules["flag_gems.ops.copy"].copy_
     view = LAYOUTS[layout]
     dst = torch.empty_like(view(rand(6, 8, dtype=dtype)))
@@ -646,7 +639,6 @@ def test_generic_copy_hits(layout, dtype):
 
 
 def test_kunlunxin_pointwise_dynamic_is_untouched():
-    """The KunlunXIN pointwise_dynamic fork has no cache and launches as it did."""
     kx = sys.modules["_kunlunxin.utils.pointwise_dynamic"]
     f = _make(kx.pointwise_dynamic).axpy
     x = rand(4, 6)
@@ -692,7 +684,6 @@ UNFIT = {  # a recorded plan that does not fit the next calls of its signature
 
 @pytest.mark.parametrize("unfit", sorted(UNFIT))
 def test_a_plan_that_does_not_fit_takes_the_uncached_path(unfit):
-    """Refused launcher (then uncacheable), misaligned output, salt: no hit, bit-exact."""
     x = rand(4, 6)
     want = ref(x)
     warm(x)

@@ -1,11 +1,9 @@
-"""What the copy_ guard tests share: the dtypes and layouts they cover (the layouts
-of the PR tests, tests/test_copy_ops.py, and a few more), the host values and torch's
-result on the host, and the count of Triton launches and aten fallbacks of each copy.
+"""What the copy_ guard tests share: dtypes, layouts, host values, torch's result on
+the host, and the count of Triton launches and aten fallbacks of each copy.
 
-Every reference is computed by torch on the CPU from the same values (torch_copy_
-where a negation bit is involved), and tensors reach the device only as contiguous
-buffers: on KunlunXIN torch's own strided copy is the kernel that fails, so it cannot
-serve as the reference there.
+Every reference is computed by torch on the CPU from the same values, and tensors
+reach the device only as contiguous buffers: on KunlunXIN torch's own strided copy is
+the kernel that fails, so it cannot serve as the reference there.
 """
 
 import sys
@@ -114,12 +112,8 @@ def make_values(shape, dtype, target, gen):
 
 
 def expected_kernel(dst, src, snapshot=False):
-    """The kernel copy_ must launch for dst <- src (src broadcast to dst's shape).
-
-    A conversion where Triton's store differs from torch gets its own kernel; any
-    other copy takes _copy_kernel when both sides are contiguous (a snapshot is),
-    copy_slice otherwise.
-    """
+    """The kernel copy_ must launch for dst <- src (src broadcast to dst's shape): a
+    conversion where Triton's store differs from torch has its own kernel."""
     s, d = src.dtype, dst.dtype
     if d is torch.bool and s is not torch.bool:
         return "_to_bool_kernel"
