@@ -38,13 +38,15 @@ def test_copy_direct_call(layout, src_dtype, dst_dtype):
 
 
 @pytest.mark.copy
-@pytest.mark.parametrize("layout", ["transpose", "sdpa_mask"])
+@pytest.mark.parametrize("layout", ["transpose", "sdpa_mask", "row_into_transposed"])
 def test_copy_functional(layout):
     # the functional copy (a direct call: FlagGems registers no aten::copy) copies
-    # src into a tensor of the template's size and strides
-    case = gh.Case(layout, torch.float32, torch.bfloat16, seed=2)
+    # src into a tensor of the template's size and strides, broadcast as copy_ does;
+    # torch's argument names work (copy(t, src=x[:1], non_blocking=...))
+    bases = SAME_RANK_BROADCASTS.get(layout, layout)
+    case = gh.Case(bases, torch.float32, torch.bfloat16, seed=2, name=layout)
     with gh.track_paths() as paths:
-        out = gh.copy_module().copy(case.dst, case.src)
+        out = gh.copy_module().copy(case.dst, src=case.src, non_blocking=False)
     assert paths.fallbacks == 0
     clone = [("_copy_kernel", 1)] * (case.dst.numel() != case.dst_base.numel())
     assert paths.launches == clone + gh.expected_launches(out, case.src), case.name
@@ -54,17 +56,6 @@ def test_copy_functional(layout):
     whole = out.as_strided(case.dst_base.shape, case.dst_base.stride(), 0)
     gh.assert_bit_exact(whole, case.reference(), case.name, exact_nans=False)
     gh.assert_bit_exact(case.dev_dst_base, case.dst_base, "the template is not written")
-
-
-@pytest.mark.copy
-def test_copy_functional_keyword_arguments_and_broadcast():
-    # copy(template, src=x[:1], non_blocking=...): torch's argument names work, and
-    # the functional form broadcasts as copy_ does, into the template's strides
-    src = torch.randn(4, 16)
-    template = torch.empty(16, 6, device=gh.DEVICE).t()
-    out = gh.copy_module().copy(template, src=src.to(gh.DEVICE)[:1], non_blocking=False)
-    assert out.stride() == template.stride()
-    gh.assert_bit_exact(out, src[:1].expand(6, 16).contiguous(), "copy(t, src=x[:1])")
 
 
 @pytest.mark.copy_
