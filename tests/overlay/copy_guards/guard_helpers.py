@@ -123,7 +123,7 @@ def expected_kernel(dst, src, snapshot=False):
         return "_to_bf16_kernel"
     if d is torch.uint8 and s.is_floating_point:
         return "_float_to_uint8_kernel"
-    dense = snapshot or src.expand(dst.shape).is_contiguous()
+    dense = snapshot or src.expand(dst.shape).is_contiguous()  # (a snapshot is)
     return "_copy_kernel" if dst.is_contiguous() and dense else "copy_slice"
 
 
