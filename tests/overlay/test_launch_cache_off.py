@@ -1,4 +1,4 @@
-"""PR 3's launch cache when off (default, unknown Triton, disabled): uncached."""
+"""PR 7's launch cache when off (default, unknown Triton, disabled): uncached."""
 
 import os
 

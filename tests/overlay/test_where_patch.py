@@ -114,7 +114,7 @@ def test_only_equal_shapes_skip_broadcast_shapes(modules, monkeypatch):
 def test_before_column_runs_the_base_where():
     """copyfix.measure.base_twins swaps the patched op module's functions for the
     pre-image's (whose pointwise function gets a base twin), so "before" times the
-    base's where, not PR 3's."""
+    base's where, not PR 6's."""
     twins = base_twins.base_twins(base_twins.GENERIC)
     swapped = {attr: v for (m, attr), v in twins.items() if m is PATCHED}
     assert "where_self_out" in swapped
