@@ -19,7 +19,7 @@ MODE = emulation.activate()  # before flag_gems is imported
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-import flag_gems.ops.copy  # noqa: E402,F401  (the generic copy_, PR 2)
+import flag_gems.ops.copy  # noqa: E402,F401  (the generic copy_, PR 5)
 from flag_gems.utils import launch_cache as lc  # noqa: E402
 from flag_gems.utils.libentry import LibEntry  # noqa: E402
 from flag_gems.utils.pointwise_dynamic import pointwise_dynamic as generic_pd  # noqa: E402
