@@ -174,28 +174,29 @@ def _check_to(host_src, dst_dtype, view=lambda t: t, method=None):
 
 
 # Both ops take the same dtype pairs and layouts, each with its own marker and skip.
-CHECKS = [
-    pytest.param(_check_copy, marks=[pytest.mark.copy_, GENERIC_COPY_], id="copy_"),
-    pytest.param(_check_to, marks=[pytest.mark.to_copy, GENERIC_TO_COPY], id="to_copy"),
+CHECKS = {"copy_": _check_copy, "to_copy": _check_to}
+OPS = [
+    pytest.param("copy_", marks=[pytest.mark.copy_, GENERIC_COPY_]),
+    pytest.param("to_copy", marks=[pytest.mark.to_copy, GENERIC_TO_COPY]),
 ]
 
 
-@pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dst_dtype", DTYPES, ids=_name)
 @pytest.mark.parametrize("src_dtype", DTYPES, ids=_name)
-def test_dtype_conversion(src_dtype, dst_dtype, check):
-    check(_edge_values(src_dtype, dst_dtype), dst_dtype)
+def test_dtype_conversion(src_dtype, dst_dtype, op):
+    CHECKS[op](_edge_values(src_dtype, dst_dtype), dst_dtype)
 
 
-@pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("layout", list(STRIDED_VIEWS))
 @pytest.mark.parametrize(
     "src_dtype, dst_dtype",
     STRIDED_PAIRS,
     ids=lambda d: _name(d) if isinstance(d, torch.dtype) else d,
 )
-def test_dtype_conversion_strided(src_dtype, dst_dtype, layout, check):
-    check(_edge_values(src_dtype, dst_dtype), dst_dtype, STRIDED_VIEWS[layout])
+def test_dtype_conversion_strided(src_dtype, dst_dtype, layout, op):
+    CHECKS[op](_edge_values(src_dtype, dst_dtype), dst_dtype, STRIDED_VIEWS[layout])
 
 
 @pytest.mark.copy_

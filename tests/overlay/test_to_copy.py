@@ -103,7 +103,7 @@ def test_pr_tests_fail_with_the_preimage_kernel(monkeypatch):
         if MODE == "cpu" and case[2] == torch.uint8:
             continue  # the interpreter wraps -1.5 into uint8 as numpy does (255)
         _fails(pr.test_to_copy_dtype_conversion_reported_cases, *case)
-    _fails(pr.test_dtype_conversion, torch.int64, torch.bfloat16, pr._check_to)
+    _fails(pr.test_dtype_conversion, torch.int64, torch.bfloat16, "to_copy")
     _fails(_pr4_module().test_to_bfloat16, torch.int32, "contiguous")
 
 
