@@ -1,5 +1,5 @@
-"""Seconds for a series of runs (harness): decode's workers start one only if it
-``fits_another``."""
+"""Seconds for a series of runs (harness): upstream's CI and later runs use ``limit``,
+decode's workers ``fits_another``."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import time
 
 
 class Budget:
-    """``total`` seconds for all runs (None: no limit) and ``reserve`` seconds kept for
-    what runs last. :meth:`timed` records how long each kind of run took, which
-    :meth:`fits_another` expects the next of that kind to take (the first of a kind may
-    compile what the others reuse)."""
+    """``total`` seconds for all runs (None: no limit), ``timeout`` for each, and
+    ``reserve`` seconds kept for what runs last. :meth:`timed` records how long each
+    kind of run took, which :meth:`fits_another` expects the next of that kind to take
+    (the first of a kind may compile what the others reuse)."""
 
-    def __init__(self, total=None, reserve: float = 0.0):
+    def __init__(self, total=None, reserve: float = 0.0, *, timeout=None):
         self.end = time.monotonic() + total if total else None
+        self.timeout = timeout or None
         self.reserve, self.last = reserve, {}
 
     def left(self) -> float | None:
@@ -24,6 +25,15 @@ class Budget:
         first of a kind, with no time to expect, cannot eat what runs last."""
         left = self.left()
         return None if left is None else max(1.0, left - self.reserve)
+
+    def limit(self) -> float | None:
+        """Seconds for the next run (None: no limit; 0: the budget is spent)."""
+        if self.end is None:
+            return self.timeout
+        left = self.end - time.monotonic()
+        if left < 1:
+            return 0
+        return min(self.timeout, left) if self.timeout else left
 
     def fits_another(self, kind: str) -> bool:
         left = self.left()

@@ -34,6 +34,7 @@ from collections import Counter
 from pathlib import Path
 
 from copyfix import export, records
+from copyfix.budget import Budget
 from copyfix.upstream import common
 from copyfix.upstream.check import CI_BLOCK_BEGIN as BEGIN
 from copyfix.upstream.check import CI_BLOCK_END as END
@@ -279,14 +280,12 @@ def github_sha() -> str:
     return sha if len(sha) >= 7 else "0000000upstreamci"
 
 
-def _run(cmd, tree, env, log, keep, say: str, timeout, deadline) -> tuple | None:
-    """``cmd`` for ``timeout`` s at most and what is left before ``deadline`` (the end
-    of --budget; None: no end): (rc, seconds, timed_out, log text, note), the log
-    copied to ``keep``; None when the budget is spent."""
-    left = deadline and deadline - time.monotonic()
-    if left is not None and left < 1:
+def _run(cmd, tree, env, budget, log, keep, say: str) -> tuple | None:
+    """``cmd`` for what the budget leaves: (rc, seconds, timed_out, log text, note),
+    the log copied to ``keep``; None when the budget is spent."""
+    timeout = budget.limit()
+    if timeout == 0:
         return None
-    timeout = min(filter(None, (timeout, left)), default=None)
     print(f"[upstream-ci] {say}", flush=True)
     rc, seconds, timed_out = common.call(cmd, tree, env, log, timeout)
     if keep:
@@ -303,9 +302,7 @@ def _say_done(rec: dict, tail: str) -> None:
     )
 
 
-def run_test_op(
-    tree, pr, rel, *, sha, n, mode, shims, work, log_dir, timeout, deadline
-) -> dict:
+def run_test_op(tree, pr, rel, *, sha, n, mode, shims, budget, work, log_dir) -> dict:
     out = work / f"invocation-{n}.json"
     env = dict(run_env(tree, mode, out, shims), CHANGED_FILES=rel, GITHUB_SHA=sha)
     cmd = ["bash", "-x", TEST_OP, pr]
@@ -314,7 +311,7 @@ def run_test_op(
     keep = log_dir and Path(log_dir) / f"test-op-{pr}-{n}.log"
     say = f"{pr}: CHANGED_FILES={rel} bash -x {TEST_OP} {pr}"
     log = work / f"invocation-{n}.log"
-    done = _run(cmd, tree, env, log, keep, say, timeout, deadline)
+    done = _run(cmd, tree, env, budget, log, keep, say)
     if done is None:
         return {**rec, "rc": None, **ZERO, "pytest_runs": [], "note": NOT_RUN}
     rc, seconds, timed_out, text, killed = done
@@ -344,15 +341,13 @@ def test_copy_commands(which: str) -> list[list[str]]:
     return {"quick": [quick], "full": full}.get(which, [])
 
 
-def run_test_copy(
-    tree, cmd, *, pr, n, mode, shims, work, log_dir, timeout, deadline=None
-) -> dict:
+def run_test_copy(tree, cmd, *, pr, n, mode, shims, budget, work, log_dir) -> dict:
     out = work / f"test-copy-{n}.json"
     keep = log_dir and Path(log_dir) / f"test-copy-{pr or 'without'}-{n}.log"
     env = run_env(tree, mode, out, shims)
     say = f"test_copy ({pr or 'without PR'}): {shlex.join(cmd)}"
     log = work / f"test-copy-{n}.log"
-    done = _run(cmd, tree, env, log, keep, say, timeout, deadline)
+    done = _run(cmd, tree, env, budget, log, keep, say)
     if done is None:
         rec = {"pr": pr, "command": shlex.join(cmd), "rc": None, **ZERO}
         return {**rec, "failures": [], "failure_classes": {}, "note": NOT_RUN}
@@ -482,9 +477,8 @@ def run_base(v: dict, args) -> dict:
         )
         m = re.search(r"(\d+\.\d+(?:\.\d+)?)", (done.stdout + done.stderr).strip())
         versions = {"python": platform.python_version(), "coverage": m and m.group(1)}
-        deadline = time.monotonic() + args.budget if args.budget else None
         opts = dict(mode=args.mode, shims=shims, work=work, log_dir=args.log_dir)
-        opts |= dict(timeout=args.timeout, deadline=deadline)
+        opts["budget"] = Budget(args.budget, timeout=args.timeout)
         for name, files in prs.items():
             tree = copy_checkout(checkout, work / f"pr-{name}")
             applied = export.apply_stack(tree, name, with_prs)
@@ -510,9 +504,7 @@ def run_base(v: dict, args) -> dict:
     return {
         "base": v["label"],
         "checkout": str(checkout),
-        "date": records.date(),
-        "machine": args.machine or records.machine(),
-        "mode": args.mode,
+        **records.stamp(mode=args.mode, machine=args.machine),
         **common.op_identity(),
         "versions": versions,
         "prs": dict(prs),

@@ -20,6 +20,7 @@ from pathlib import Path
 from unittest import mock
 
 from copyfix import records
+from copyfix.budget import Budget
 from copyfix.upstream import ci as upstream_ci
 from copyfix.upstream.common import REPO, first_line, pytest_env
 
@@ -286,7 +287,7 @@ def run_variant(tree: Path, variant: str, args, work: Path) -> dict:
             flush=True,
         )
     common = dict(mode=args.mode, shims=None, work=work, log_dir=None, pr=variant)
-    common["timeout"] = args.timeout
+    common["budget"] = Budget(timeout=args.timeout)
     section["test_copy"] = []
     for i, cmd in enumerate(upstream_ci.test_copy_commands(args.test_copy)):
         rec = upstream_ci.run_test_copy(tree, cmd, n=f"{variant}-{i}", **common)
