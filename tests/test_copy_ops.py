@@ -77,6 +77,18 @@ SAME_DTYPES = [
     torch.uint8,
     torch.bool,
 ]
+CAST_PAIRS = [
+    (torch.float32, torch.bfloat16),
+    (torch.float32, torch.float16),
+    (torch.float16, torch.float32),
+    (torch.float32, torch.int32),
+    (torch.int32, torch.float32),
+    (torch.float32, torch.bool),
+    (torch.int16, torch.bool),
+    (torch.int32, torch.bfloat16),
+    (torch.float32, torch.uint8),
+    (torch.int64, torch.int8),
+]
 SHORT = {
     torch.float16: "fp16",
     torch.bfloat16: "bf16",
@@ -93,18 +105,6 @@ BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 def _pair_id(pair):
     return f"{SHORT[pair[0]]}->{SHORT[pair[1]]}"
-
-
-def _pairs(ids):
-    # (src, dst) dtype pairs written as their ids: "fp32->bf16 i16->bool"
-    dtypes = {short: dtype for dtype, short in SHORT.items()}
-    return [tuple(dtypes[name] for name in pair.split("->")) for pair in ids.split()]
-
-
-CAST_PAIRS = _pairs(
-    "fp32->bf16 fp32->fp16 fp16->fp32 fp32->i32 i32->fp32 fp32->bool i16->bool "
-    "i32->bf16 fp32->u8 i64->i8"
-)
 
 
 def _host_values(shape, dtype, seed=0):
@@ -195,10 +195,17 @@ EDGE_VALUES = {
     torch.int32: [16842753, 16777217, 16777219, -16842753, 2**31 - 1, -(2**31), 0, 7],
     torch.int64: [2**40 + 1, -(2**63), 2**63 - 1, 300, -300, 255, 0],
 }
-EDGE_PAIRS = _pairs(
-    "fp32->bool i16->bool i32->bf16 i64->bf16 fp32->u8 fp32->fp16 fp32->i32 i64->i8 "
-    "i32->fp16"
-)
+EDGE_PAIRS = [
+    (torch.float32, torch.bool),
+    (torch.int16, torch.bool),
+    (torch.int32, torch.bfloat16),
+    (torch.int64, torch.bfloat16),
+    (torch.float32, torch.uint8),
+    (torch.float32, torch.float16),
+    (torch.float32, torch.int32),
+    (torch.int64, torch.int8),
+    (torch.int32, torch.float16),
+]
 
 
 def _finite_for_int(values, dst_dtype):
