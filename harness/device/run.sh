@@ -2,10 +2,10 @@
 # Harness: the GPU runs behind the recorded figures, on the lent NVIDIA machine (cuda mode).
 #   bash harness/device/run.sh STEP...
 # Steps: probe suite bench main-suite upstream main-upstream
-# upstream-ci main-upstream-ci pr2 to_copy. (Host cost per call: harness/device/launch_cache.sh cost.)
-# pr2 and to_copy: harness/device/conversions.sh pr2|to_copy. JSON results land in $OUT, the logs in
-# $OUT/logs.tgz (the device tool brings back at most 8 files). Upstream FlagGems travels
-# in .upstream/ (git-ignored; made from the fetched mirror, never committed):
+# upstream-ci main-upstream-ci. (Host cost per call: harness/device/launch_cache.sh cost.)
+# JSON results land in $OUT, the logs in $OUT/logs.tgz (the device tool brings back at most
+# 8 files). Upstream FlagGems travels in .upstream/ (git-ignored; made from the fetched
+# mirror, never committed):
 #   G=<mirror git dir>; mkdir -p .upstream
 #   git --git-dir=$G archive --prefix=main/ HEAD src tests benchmark tools pytest.ini | gzip -1 > .upstream/main.tgz
 #   git --git-dir=$G archive --prefix=v5.0.2/ v5.0.2 src tests benchmark tools pytest.ini | gzip -1 > .upstream/v5.0.2.tgz
@@ -54,9 +54,6 @@ for step in "$@"; do
         --mode cuda --label $lb --machine "nvidia-h200: 1 H200, 16 CPU cores" --no-docs \
         --results "$OUT/upstream_ci_cuda.json" --budget $(( $(left) - 20 )) --log-dir "$LOGS/$step" \
         ${UPSTREAM_CI_ARGS:-} > "$log" 2>&1 ;;
-    pr2|to_copy)  # a conversion PR: its op's dtype pairs and its upstream tests
-      DEADLINE=$(( $(left) - 10 )) timeout "$(left)" bash harness/device/conversions.sh $step > "$log" 2>&1
-      cp /tmp/$step-logs/*.log $LOGS/ 2>/dev/null ;;
   esac
   echo "=== $step rc=$? $(date +%T)"; grep -v -i "warn" "$log" | tail -n 4
 done
