@@ -118,7 +118,7 @@ def _ptx(path, plan, tmp_path):
     plan_file.write_text(json.dumps(plan))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(gc.REPO / "harness")
-    cmd = [sys.executable, "-m", "copyfix.measure.generic_conversions", "--out", "-"]
+    cmd = [sys.executable, "-m", "copyfix.measure.generic_conversions"]
     cmd += ["--ptx", str(path), str(plan_file)]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]

@@ -113,37 +113,6 @@ def test_upstream_ci_sections_merge_back(tmp_path):
         assert path.read_text() == json.dumps(stored, indent=1) + "\n", name
 
 
-def test_conversion_sections_merge_back(tmp_path):
-    # (a merge at the top level puts the record's other keys first, as it always did)
-    from copyfix.measure import generic_conversions as gc
-
-    for name in sorted(p.name for p in RESULTS.glob("*_conversions_*.json")):
-        path = _copy(name, tmp_path)
-        data = records.load(path)
-        for key in (None, "kunlunxin"):
-            part = data.get(key, {}) if key else data
-            for label, sec in part.get("bases", {}).items():
-                gc.merge(path, label, sec, key)
-        got = records.load(path)
-        assert got == data, name
-        in_order = records.dumps({k: got[k] for k in data})
-        assert in_order == (RESULTS / name).read_text(), name
-
-
-def test_conversion_op_level_names_its_measured_paths(tmp_path):
-    # (the op-level op_commit of a non-copy_ record, top level or a --section, is held
-    # against the op file's paths by tests/tooling/test_results_current.py)
-    from copyfix.measure import generic_conversions as gc
-
-    path, summary = tmp_path / "conv.json", dict.fromkeys(gc._COUNTS, 0)
-    for op, key in (("to_copy", None), ("kunlunxin_to_copy", "kunlunxin")):
-        paths = [f"src/flag_gems/{gc.OPS[op].relpath}"]
-        sec = {"op": op, "op_commit": "c", "measured_paths": paths, "summary": summary}
-        part = gc.merge(path, "5.0.2", sec, key)
-        part = part[key] if key else part
-        assert part["op_commit"] == "c" and part["measured_paths"] == paths
-
-
 def test_triton_matrix_runs_merge_back(tmp_path, monkeypatch):
     from copyfix import triton_matrix as tm
 

@@ -5,6 +5,6 @@
 ``results/launch_cache_h200.json``), :mod:`.miss_cost` (calls that do not hit,
 ``results/launch_cache_misses_h200.json``), :mod:`.decode` (a Llama decode,
 ``results/decode_h200.json``); :mod:`.generic_conversions` (every dtype pair of
-``copy_`` / ``_to_copy`` against torch, ``results/{generic,to_copy}_conversions_*.json``)
-and :mod:`.probe_conversions` (raw Triton conversions, ``results/conversions_h200.json``).
+``copy_`` / ``_to_copy`` against torch, for the overlay tests) and
+:mod:`.probe_conversions` (raw Triton conversions, ``results/conversions_h200.json``).
 """

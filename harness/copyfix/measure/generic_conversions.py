@@ -6,31 +6,25 @@ dtype, through ``before`` (the base file the overlay replaces, kept under
 ``flag_gems/_overlay_preimages/``) and ``after`` (the overlay's), called directly, not
 through ``use_gems``; each result compared with torch's bit for bit, a NaN by class,
 less the float -> integer conversions C leaves undefined (``c_undefined``; torch
-defines float -> uint8 through int64).  ``cpu``: Triton's interpreter, copyfix cpu
-emulation; ``cuda``: compiled Triton, FlagGems' NVIDIA backend, no emulation.
+defines float -> uint8 through int64).  The overlay tests run it under the copyfix
+emulation.  ``--ptx`` prints the PTX conversions of a kernel, compiled without a GPU:
 
-    PYTHONPATH=harness python -m copyfix.measure.generic_conversions --out results/generic_conversions_cpu.json
-
-An existing file is merged into, one section per base (``--label``), the summary summed.
+    PYTHONPATH=harness python -m copyfix.measure.generic_conversions --ptx COPY_PY PLAN_JSON
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import importlib
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 import unittest.mock
 from pathlib import Path
 
 import torch
 
-from copyfix import provenance, records
 from copyfix.measure import probe_conversions
 from copyfix.measure.probe_conversions import BITS_DTYPE, _from_bits, c_undefined
 from copyfix.records import sha256
@@ -53,15 +47,16 @@ KUNLUNXIN_TO_PREIMAGES = {
 
 
 # One measured op: its file in flag_gems, the module FlagGems runs, its pre-images
-Op = collections.namedtuple("Op", "relpath module preimages vendor")
+Op = collections.namedtuple("Op", "relpath module preimages")
 OPS = {
-    "copy_": Op(OP_RELPATH, "flag_gems.ops.copy", PREIMAGES, "nvidia"),
-    "to_copy": Op("ops/to.py", "flag_gems.ops.to", TO_PREIMAGES, "nvidia"),
-    "kunlunxin_to_copy": Op(  # (cpu or cuda emulation)
-        "runtime/backend/_kunlunxin/ops/to.py", "_kunlunxin.ops.to",
-        KUNLUNXIN_TO_PREIMAGES, "kunlunxin",
+    "copy_": Op(OP_RELPATH, "flag_gems.ops.copy", PREIMAGES),
+    "to_copy": Op("ops/to.py", "flag_gems.ops.to", TO_PREIMAGES),
+    "kunlunxin_to_copy": Op(
+        "runtime/backend/_kunlunxin/ops/to.py",
+        "_kunlunxin.ops.to",
+        KUNLUNXIN_TO_PREIMAGES,
     ),
-}  # fmt: skip
+}
 
 DTYPES = {
     name: getattr(torch, name)
@@ -308,23 +303,6 @@ def issue_cases(ops: dict, device) -> list[dict]:
     return out
 
 
-def related_paths(device) -> dict:
-    """A related path no PR here changes: ``add_`` of float64 into float16 / bfloat16
-    (torch rounds through float32, Triton once)."""
-    add = importlib.import_module("flag_gems.ops.add")
-    out = {"add_": {}}
-    other = inputs("float64").to(device)
-    for name in ("float16", "bfloat16"):
-        ref = torch.zeros(other.shape, dtype=DTYPES[name], device=device)
-        got = ref.clone()
-        ref.add_(other)
-        add.add_(got, other)
-        out["add_"][f"{name} += float64"] = dict(
-            differ=differing(got, ref, other), elements=got.numel()
-        )
-    return out
-
-
 _COUNTS = ("before_differ", "after_differ", "before_errors", "after_errors",
            "torch_errors")  # fmt: skip
 
@@ -353,26 +331,6 @@ def summarise(pairs: dict) -> dict:
             if any(r[f"{which}_differ"] or r.get(f"{which}_error") for r in pair_rows)
         )
     return total
-
-
-def compact_pairs(pairs: dict) -> dict:
-    """``pairs`` less every cell that matched torch before and after (and the pairs left
-    empty), each error cut to its exception class: what results/ keeps of the matrix."""
-    out = {}
-    for pair, entry in pairs.items():
-        cells = {
-            layout: {
-                k: v.split(":", 1)[0] if k.endswith("_error") and v else v
-                for k, v in row.items()
-            }
-            for layout, row in entry.items()
-            if "torch_error" in row
-            or row["before_differ"] != 0
-            or row["after_differ"] != 0
-        }
-        if cells:
-            out[pair] = cells
-    return out
 
 
 # -------------------------------------------------- compiled conversions (no GPU)
@@ -415,7 +373,8 @@ def scalar_functions(path) -> dict[str, str]:
 def ptx_conversions(path, plan: dict, arch: int = 90) -> dict:
     """{"src->dst": the PTX conversion instructions} of a kernel as pointwise_dynamic
     generates it (load src, ``plan``'s scalar function of the copy.py at ``path``, store
-    into dst), compiled for compute capability ``arch`` (no GPU; TRITON_INTERPRET unset)."""
+    into dst), compiled for compute capability ``arch`` (no GPU; TRITON_INTERPRET unset).
+    """
     import re
     import tempfile
 
@@ -441,169 +400,17 @@ def ptx_conversions(path, plan: dict, arch: int = 90) -> dict:
 
 # ------------------------------------------------------------------------ driver
 
-CPU_NOTE = (
-    "The interpreter converts as compiled Triton does only where the copyfix emulation "
-    "pins it (the KunlunXIN dtypes, float64 -> bfloat16). Its float8 conversions and its "
-    "float -> unsigned conversions of negative values are numpy's: before-counts of "
-    "float8 pairs (summary.float8_pairs, and the errors) and the missing float32 -> uint8 "
-    "difference of the issue (-1.5 -> 255 here, 0 on the H200) say nothing of a GPU. "
-    "After-counts are torch's semantics either way: 0 means the op's rules are right."
-)
-
-
-def setup(mode: str, op: str = "copy_") -> str:
-    """Activate ``mode`` before flag_gems is imported; returns the tensor device."""
-    from copyfix import emulation
-
-    if mode == "cpu":
-        emulation.activate("cpu")
-        return "cpu"
-    if probe_conversions.interpreting():
-        raise SystemExit("cuda mode runs compiled Triton: unset TRITON_INTERPRET")
-    if "flag_gems" in sys.modules:
-        raise SystemExit("cuda mode must set GEMS_VENDOR before flag_gems is imported")
-    if OPS[op].vendor == "kunlunxin":
-        emulation.activate("cuda")  # GEMS_VENDOR=kunlunxin, stock Triton shimmed
-    else:
-        os.environ["GEMS_VENDOR"] = "nvidia"  # FlagGems' own backend, no emulation
-    import flag_gems  # noqa: F401
-
-    return "cuda"
-
-
-def merge(path: Path, label: str, section: dict, key: str | None = None) -> dict:
-    """Write ``section`` as base ``label`` into the record at ``path`` (at its top level,
-    or under ``key``), the summary summed over the bases there; returns the record."""
-
-    def change(data):
-        part = data.get(key, {}) if key else data
-        bases = {**part.get("bases", {}), label: section}
-        summary = {
-            n: sum(s["summary"].get(n, 0) for s in bases.values()) for n in _COUNTS
-        }
-        summary["bases"] = sorted(bases)
-        merged = {"summary": summary, "bases": dict(sorted(bases.items()))}
-        commits = {sec.get("op_commit") for sec in bases.values()}
-        if section.get("op") not in (None, "copy_"):  # (copy_'s files keep their shape)
-            op = {"op": section["op"], "op_commit": section.get("op_commit")}
-            # (the paths that op_commit is held against: tests/tooling/test_results_current.py)
-            op["measured_paths"] = section.get("measured_paths")
-            merged = {**op, **merged}
-            if len(commits) > 1:
-                merged["op_commits"] = {b: s.get("op_commit") for b, s in bases.items()}
-        if key:
-            return {**data, key: merged}
-        return {**{k: v for k, v in data.items() if k not in merged}, **merged}
-
-    return records.update(path, change)
-
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="copyfix.measure.generic_conversions", description=__doc__.split("\n")[0]
     )
-    add = parser.add_argument
-    add("--out", type=Path, help="JSON file (merged into if it exists; required)")
-    add("--summary", type=Path, help="print a results file's summaries and exit")
-    add("--mode", choices=("auto", "cpu", "cuda"), default="auto")
-    add("--op", choices=sorted(OPS), default="copy_", help="the op measured")
-    add("--section", help="merge into this key of the file (e.g. kunlunxin)")
-    add("--label", help="the FlagGems base's name (default: from the pre-image)")
-    add("--machine", help="machine description")
-    add("--dtypes", nargs="*", help="only these dtypes (default: all)")
-    add("--jobs", type=int, default=1, help="processes, each some source dtypes")
-    add("--ptx", nargs=2, metavar=("COPY_PY", "PLAN_JSON"),
+    parser.add_argument("--ptx", nargs=2, metavar=("COPY_PY", "PLAN_JSON"), required=True,
         help='print the sm_90 PTX conversions of PLAN_JSON ("src->dst": scalar '
-        "function of COPY_PY) and exit")  # fmt: skip
-    add("--full", action="store_true", help="keep every cell and whole errors")
-    add("--sources", nargs="*", help=argparse.SUPPRESS)  # a job's part
-    add("--part", type=Path, help=argparse.SUPPRESS)
+        "function of COPY_PY)")  # fmt: skip
     args = parser.parse_args(argv)
-    if args.summary:  # one line per base (and per section: the kunlunxin one)
-        try:
-            data = json.loads(args.summary.read_text())
-        except (OSError, ValueError) as exc:
-            print(f"no results file: {exc}")
-            return 1
-        parts = {"": data, **{k: v for k, v in data.items() if k == "kunlunxin"}}
-        for name, part in parts.items():
-            for base, sec in part.get("bases", {}).items():
-                s = sec["summary"]
-                print(
-                    f"{name or sec.get('op', 'copy_')} {base}: before_differ {s['before_differ']} "
-                    f"after_differ {s['after_differ']} (errors {s['before_errors']}/{s['after_errors']})"
-                )
-        return 0
-    if args.out is None:
-        parser.error("--out is required")
-    if args.ptx:
-        plan = json.loads(Path(args.ptx[1]).read_text())
-        print(json.dumps(ptx_conversions(args.ptx[0], plan)))
-        return 0
-    mode = args.mode
-    if mode == "auto":
-        mode = "cuda" if torch.cuda.is_available() else "cpu"
-    names = list(args.dtypes or DTYPES)
-    jobs = []  # child processes for every source dtype but names[::jobs] (the parent's)
-    for k in range(1, args.jobs):
-        if sources := names[k :: args.jobs]:
-            part = args.out.with_name(f".{args.out.name}.part{k}")
-            cmd = [sys.executable, "-m", "copyfix.measure.generic_conversions",
-                   "--out", str(args.out), "--mode", mode, "--part", str(part),
-                   "--dtypes", *names, "--op", args.op]  # fmt: skip
-            jobs.append((subprocess.Popen([*cmd, "--sources", *sources]), part))
-    device = setup(mode, args.op)
-    ops = generic_ops(args.op)
-    guard = cpu_device_guard() if mode == "cpu" else contextlib.nullcontext()
-    with guard:
-        mine = args.sources or (names[:: args.jobs] if jobs else names)
-        pairs = measure(ops, device, names, sources=mine)
-        if args.part:  # a job: hand the pairs back to the parent
-            records.write(args.part, {"pairs": pairs})
-            return 0
-        cases = issue_cases(ops, device)
-        for proc, part in jobs:
-            if proc.wait() != 0:
-                raise SystemExit(f"a job failed (rc {proc.returncode}): {proc.args}")
-            pairs.update(json.loads(part.read_text())["pairs"])
-            part.unlink()
-        related = related_paths(device) if args.op == "copy_" else None
-    pairs = {f"{s}->{d}": pairs[f"{s}->{d}"] for s in names for d in names}
-    vendor = OPS[args.op].vendor
-    # the op file's last commit (without .git: COPYFIX_OP_COMMIT, COPYFIX_TO_COPY_COMMIT, ...)
-    env = f"COPYFIX_{'OP' if args.op == 'copy_' else args.op.upper()}_COMMIT"
-    section = {
-        "op": args.op,
-        "mode": "cpu (Triton interpreter, copyfix cpu emulation)" if mode == "cpu"
-        else "cuda (compiled Triton, GEMS_VENDOR=nvidia, no emulation)" if vendor == "nvidia"
-        else "cuda (compiled Triton, GEMS_VENDOR=kunlunxin, copyfix cuda emulation)",
-        "machine": args.machine or records.machine(),
-        "versions": probe_conversions.versions(device),
-        **provenance.measured(f"src/flag_gems/{OPS[args.op].relpath}", env=env),
-        "base": ops["base"],
-        "before_file": ops["before_file"],
-        "after_file": ops["after_file"],
-        "dtypes": names,
-        "layouts": list(LAYOUTS),
-        "compared": f"bit for bit with torch's {'copy_' if args.op == 'copy_' else '_to_copy (Tensor.to)'} "
-        "on the same device; NaN by class; C-undefined float -> integer values excluded"
-        + ("" if args.op == "copy_" else "; a result with other strides than torch's is an error"),
-        "notes": CPU_NOTE if mode == "cpu" else None,
-        "summary": summarise(pairs),
-        "issue_cases": cases,
-        "related": related,
-        "pairs": pairs if args.full else compact_pairs(pairs),
-    }  # fmt: skip
-    merge(args.out, args.label or ops["base"], section, args.section)
-    s = section["summary"]
-    print(
-        f"{mode} base {args.label or ops['base']}: {len(pairs)} pairs x {len(LAYOUTS)} layouts; "
-        f"differing elements before {s['before_differ']} ({s['before_errors']} errors), "
-        f"after {s['after_differ']} ({s['after_errors']} errors) -> {args.out}"
-    )
-    print("pairs differing after:", s["pairs_after_differ"])
-    if related:
-        print("related paths:", json.dumps(related))
+    plan = json.loads(Path(args.ptx[1]).read_text())
+    print(json.dumps(ptx_conversions(args.ptx[0], plan)))
     return 0
 
 
