@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.copyfix-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv demo test test-head test-checkout-base test-triton lint bench decode pr patch upstream-check upstream-discover upstream-ci upstream-later clean
+.PHONY: venv demo test test-head test-checkout-base test-triton lint bench decode pr patch upstream-check upstream-discover upstream-ci clean
 
 venv: $(STAMP)
 
@@ -86,13 +86,6 @@ PRS ?=
 upstream-ci: venv
 	@test -n "$(UPSTREAM)" || { echo "usage: make upstream-ci UPSTREAM=<FlagGems checkout> [MODE=cpu|cuda] [PRS='strided-copy generic'] [UPSTREAM_CI_ARGS='--label L --test-copy quick']"; exit 2; }
 	$(PY) -m copyfix.upstream.ci "$(UPSTREAM)" --mode $(MODE) $(if $(strip $(PRS)),--pr $(PRS)) $(UPSTREAM_CI_ARGS)
-
-# Upstream's later tle_copy-era kunlunxin copy.py (under .upstream/later/, never committed)
-# in place of ours on a copy of the checkout, tle unavailable, device model on:
-# results/upstream_later_$(MODE).json (see harness/copyfix/upstream/later.py).
-upstream-later: venv
-	@test -n "$(UPSTREAM)" || { echo "usage: make upstream-later UPSTREAM=<FlagGems main checkout> [MODE=cpu|cuda]"; exit 2; }
-	$(PY) -m copyfix.upstream.later "$(UPSTREAM)" --mode $(MODE)
 
 # (Re)build results/upstream_selection_<label>.json: which upstream cases reach copy_.
 upstream-discover: venv

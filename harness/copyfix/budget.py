@@ -1,4 +1,4 @@
-"""Seconds for a series of runs (harness): upstream's CI and later runs use ``limit``,
+"""Seconds for a series of runs (harness): upstream's CI runs use ``limit``,
 decode's workers ``fits_another``."""
 
 from __future__ import annotations

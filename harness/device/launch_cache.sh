@@ -7,11 +7,6 @@
 #   misses     python -m copyfix.measure.miss_cost (calls that do not hit, cache on vs off,
 #              stock NVIDIA backend) into $OUT/launch_cache_misses_h200.json, and its
 #              `misses` section into $OUT/launch_cache_h200.json (run it after cost)
-#   cost-head  the same kunlunxin-emulated measurement on PR 1's head integration: .upstream/main
-#              made head-like (upstream's tle_copy-era files from .upstream/later/, carried, sha256
-#              checked; the named adaptation), composed (the composer applies copy.py.head.patch),
-#              into $OUT/launch_cache_h200.json as backend kunlunxin-emulated-head. Run it last:
-#              it leaves build/composed on the head-like tree
 #   up-5.0.2, up-main
 #              upstream's own tests that reach pointwise_dynamic (UP_TESTS, those present in
 #              the base) on a copy of .upstream/<base> with PR 3 applied (make pr's files),
@@ -43,12 +38,6 @@ for step in "$@"; do
     misses)
       timeout "$(left)" python3 -m copyfix.measure.miss_cost --out "$OUT/launch_cache_misses_h200.json" \
         --section-into "$OUT/launch_cache_h200.json" ${MC_ARGS:-} > "$log" 2>&1 ;;
-    cost-head)
-      tree=/tmp/fghead && rm -rf $tree && mkdir -p $tree && cp -r .upstream/main/src $tree/
-      PYTHONPATH=harness python3 -m copyfix.upstream.later --head-tree $tree > "$log" 2>&1
-      FLAGGEMS_BASE=$tree PYTHONPATH=harness python3 -m copyfix.compose --no-editable >> "$log" 2>&1
-      COPYFIX_EMULATION=cuda timeout "$(left)" python3 -m copyfix.measure.launch_cost kunlunxin-emulated-head \
-        --out "$OUT/launch_cache_h200.json" ${LC_ARGS:-} >> "$log" 2>&1 ;;
     up-*)
       base=${step#up-}; src=.upstream/$base; [ "$base" = 5.0.2 ] && src=.upstream/v5.0.2
       tree=/tmp/up-$base && rm -rf $tree && cp -r $src $tree

@@ -19,7 +19,6 @@
 #   bench          results/copy_perf_accuracy_h200.json (harness/device/run.sh bench)
 #   upstream       results/upstream_check_cuda.json, both bases (run.sh upstream main-upstream)
 #   upstream-ci    results/upstream_ci_cuda.json (run.sh upstream-ci main-upstream-ci)
-#   later          results/upstream_later_cuda.json (needs .upstream/later, carried)
 # Files come back from $OUT (at most 8 a call); copy each into results/, then
 # `python -m copyfix.bench report` and `python -m copyfix.upstream.check docs`.
 set -u
@@ -63,8 +62,5 @@ case ${1:-} in
   bench) bash harness/device/run.sh bench ;;
   upstream) bash harness/device/run.sh upstream main-upstream ;;
   upstream-ci) bash harness/device/run.sh upstream-ci main-upstream-ci ;;
-  later) . harness/device/env.sh > /tmp/later-env.log 2>&1
-         timeout 560 python3 -m copyfix.upstream.later .upstream/main --mode cuda \
-           --results "$OUT/upstream_later_cuda.json" ;;
-  *) sed -n 2,24p "$0"; exit 2 ;;
+  *) sed -n 2,23p "$0"; exit 2 ;;
 esac

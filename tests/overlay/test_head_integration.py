@@ -7,7 +7,6 @@ head_tree (deselected by ``make test``, run by ``make test-head``).
 
 import ast
 import hashlib
-import json
 import os
 import re
 import subprocess
@@ -155,25 +154,3 @@ def test_head_patch_calls_only_what_the_shared_module_defines():
         if line[:1] in "+-" and not line.startswith(("+++", "---"))
     ]
     assert len(changed) <= 60, len(changed)  # the head patch stays small
-
-
-@pytest.mark.head_tree
-def test_conversions_on_the_head_tree(head_tree, tmp_path):
-    """PR 2's and PR 4's head patches: every dtype pair and layout bit-exact with
-    torch, where upstream's head files differ or fail (copyfix.upstream.head_conversions)."""
-    out = tmp_path / "head_conversions.json"
-    cmd = [sys.executable, "-m", "copyfix.upstream.head_conversions", "--out", str(out)]
-    done = subprocess.run(cmd, env=_env(head_tree), capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-4000:]
-    ops = json.loads(out.read_text())["ops"]
-    assert sorted(ops) == ["copy_", "kunlunxin_to_copy", "to_copy"]
-    for op, record in ops.items():
-        summary = record["summary"]
-        assert summary["after_differ"] == 0 and summary["after_errors"] == 0, op
-        assert record["after_file"]["path"].startswith(str(head_tree)), op
-        # the head file is not already right: the patch is needed
-        assert "float32->bool" in summary["pairs_before_differ"], op
-    # (the head KunlunXIN to.py sends int16 -> bf16 through int32 -> bf16, which its
-    # own comment says aborts the XPU lowering)
-    errors = ops["kunlunxin_to_copy"]["before_errors"]
-    assert any("int16->bfloat16" in " ".join(v) for v in errors.values()), errors

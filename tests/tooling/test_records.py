@@ -68,8 +68,7 @@ def test_stamp_names_the_run():
 
 @pytest.mark.parametrize(
     "name",
-    ["upstream_later_cpu.json", "head_conversions_cpu.json", "triton_matrix.json",
-     "launch_cache_misses_h200.json", "conversions_h200.json"],
+    ["triton_matrix.json", "launch_cache_misses_h200.json", "conversions_h200.json"],
 )  # fmt: skip
 def test_whole_records_are_written_as_stored(name, tmp_path):
     path = _copy(name, tmp_path)

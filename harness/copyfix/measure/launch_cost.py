@@ -4,10 +4,10 @@
     python -m copyfix.measure.launch_cost kunlunxin-emulated --out results/launch_cache_h200.json
 
 ``nvidia``: FlagGems' NVIDIA backend, 64x64 fp32 pointwise ops and ``copy_`` under
-``use_gems()``, and the floor (:mod:`.floors`).  ``kunlunxin-emulated[-head]``: the
-KunlunXIN ``copy_`` (PR 1; -head on the head-like tree) in the cuda emulation against
-aten's copy, and ``floor_copy``.  Columns, alternating rounds in one process: eager,
-before (the base's pointwise_dynamic: :mod:`.base_twins`), after (cache on), cache off;
+``use_gems()``, and the floor (:mod:`.floors`).  ``kunlunxin-emulated``: the
+KunlunXIN ``copy_`` (PR 1) in the cuda emulation against aten's copy, and
+``floor_copy``.  Columns, alternating rounds in one process: eager, before (the base's
+pointwise_dynamic: :mod:`.base_twins`), after (cache on), cache off;
 each compared bit for bit; merged by (name, backend).  ``--processes N``: N fresh
 workers, :func:`combine`-d; ``starts``: every five-process start (:func:`add_start`).
 """
@@ -113,7 +113,7 @@ def _floor(torch, timer, device, backend) -> dict:
             "before_us": row["floor"], "after_us": row["floor"]}  # fmt: skip
 
 
-KUNLUNXIN_BACKENDS = ("kunlunxin-emulated", "kunlunxin-emulated-head")
+KUNLUNXIN_BACKENDS = ("kunlunxin-emulated",)
 
 
 def measure(backend: str, calls: int, rounds: int):
@@ -143,13 +143,12 @@ def measure(backend: str, calls: int, rounds: int):
         gems = lambda: flag_gems.use_gems(include=["copy_"])
         with gems():
             cases["copy_contiguous"]()  # (imports the copy module)
-        # the composed kunlunxin copy.py must be backend's integration (-head: tle_copy)
+        # the composed kunlunxin copy.py must be the fork's integration (no tle_copy)
         module = sys.modules["_kunlunxin.ops.copy"]
-        if (head := hasattr(module, "tle_copy")) != backend.endswith("-head"):
+        if hasattr(module, "tle_copy"):
             raise SystemExit(
-                f"{backend}: the composed {module.__file__} is the "
-                f"{'head' if head else 'fork'} integration; compose over the "
-                f"{'head-like tree' if not head else 'fork base'} first"
+                f"{backend}: the composed {module.__file__} is the head integration; "
+                "compose over the fork base first"
             )
     with gems():
         for fn in cases.values():  # import every op module before the twins are made
@@ -285,7 +284,7 @@ def _in_processes(args) -> tuple:
 
 def summarize(ops: list) -> dict:
     out = {}
-    for name in ("nvidia", *KUNLUNXIN_BACKENDS):  # (PR 1's two integrations apart)
+    for name in ("nvidia", *KUNLUNXIN_BACKENDS):
         floor_name = "floor" if name == "nvidia" else "floor_copy"
         rows = [r for r in ops if r["backend"] == name and r["name"] != floor_name]
         floor = next((r for r in ops if r["backend"] == name and r["name"] == floor_name), None)  # fmt: skip
@@ -425,11 +424,6 @@ def report_lines(path: Path = REPO / "results" / "launch_cache_h200.json") -> li
         lines.append(
             f"kunlunxin-emulated copy_: after/aten at most {kx['max_after_over_aten']:.2f} "
             f"(before {kx['max_before_over_aten']:.2f})" + floor
-        )
-    if head := s.get("kunlunxin-emulated-head"):
-        lines.append(
-            "kunlunxin-emulated-head copy_ (PR 1 on the head-like tree): after/aten at "
-            f"most {head['max_after_over_aten']:.2f} (before {head['max_before_over_aten']:.2f})."
         )
     if misses := data.get("misses"):
         each = ", ".join(f"{k} {v['ratio']:.3f}" for k, v in misses.items())
