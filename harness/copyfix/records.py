@@ -5,22 +5,16 @@ Harness file.  Every measurement and upstream runner writes through :func:`updat
 (load, change, write to a temporary file, then ``os.replace``: a reader never sees half
 a record, and a run that dies mid-write leaves the old one).  :func:`stamp` gives the
 run info a record names beside its figures, :func:`parse_summary` reads pytest's
-summary line and :func:`junit_counts` its junit file.  The device scripts call
-
-    python -m copyfix.records pytest-summary OUT KEY LOG [--files F ...]
-
-to put one pytest run's counts (from its log) under ``KEY`` of ``OUT``.
+summary line and :func:`junit_counts` its junit file.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import os
 import platform
 import re
-import sys
 import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -167,34 +161,3 @@ def junit_counts(path: Path) -> dict:
     n["seconds"] = round(sum(float(s.get("time", 0)) for s in suites), 1)
     n["failed_cases"] = failed[:40]
     return n
-
-
-def summary_entry(text: str, **more) -> dict:
-    """One pytest run's entry from its log: passed, failed, skipped, error and the
-    summary line (the log's last 400 characters when it has none)."""
-    s = parse_summary(text) or {}
-    counts = {k: s.get(k, 0) for k in ("passed", "failed", "skipped")}
-    counts["error"] = s.get("errors", 0)
-    return {**counts, **more, "summary": s.get("line", text[-400:])}
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(
-        prog="copyfix.records", description=__doc__.split("\n")[0]
-    )
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("pytest-summary", help="a pytest log's counts under KEY of OUT")
-    s.add_argument("out", type=Path)
-    s.add_argument("key")
-    s.add_argument("log", type=Path)
-    s.add_argument("--files", nargs="*", default=[], help="the test files it ran")
-    args = p.parse_args(argv)
-    text = args.log.read_text(errors="replace")
-    entry = summary_entry(text, files=args.files)
-    update(args.out, lambda data: {**data, args.key: entry})
-    print(args.key, {k: entry[k] for k in ("passed", "failed", "skipped", "error")})
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -36,26 +36,11 @@ def _copy(name, tmp_path) -> Path:
 def test_parse_summary(line, expected):
     got = records.parse_summary(f"noise\n{line}\nmore noise\n")
     assert (got["passed"], got["failed"], got["skipped"], got["errors"]) == expected
-    entry = records.summary_entry(f"{line}\nrc=0\n", files=["t.py"])
-    assert entry["error"] == expected[3] and entry["summary"] == line.strip("= ")
 
 
 def test_parse_summary_without_a_summary_line():
     assert records.parse_summary("ERROR: usage: pytest [options]\n") is None
     assert records.parse_summary("== test session starts ==\n") is None
-    assert records.summary_entry("Traceback\nrc=2\n")["summary"] == "Traceback\nrc=2\n"
-
-
-def test_pytest_summary_command_merges_by_key(tmp_path):
-    log, out = tmp_path / "log", tmp_path / "up.json"
-    log.write_text("3 passed, 1 failed in 2.0s\nrc=1\n")
-    records.main(["pytest-summary", str(out), "v5.0.2", str(log), "--files", "a.py"])
-    records.main(["pytest-summary", str(out), "main", str(log)])
-    data = json.loads(out.read_text())
-    assert list(data) == ["v5.0.2", "main"] and data["main"]["files"] == []
-    assert data["v5.0.2"] == {"passed": 3, "failed": 1, "skipped": 0, "error": 0,
-                              "files": ["a.py"], "summary": "3 passed, 1 failed in 2.0s"}  # fmt: skip
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["log", "up.json"]
 
 
 def test_stamp_names_the_run():

@@ -4,8 +4,7 @@ That conftest fills ``TEST_RESULTS[nodeid]`` in ``pytest_runtest_protocol`` (on 
 workers) and indexes it in ``pytest_runtest_logreport`` (on the controller too):
 KeyError.  A hookwrapper runs before every plain implementation, so an empty entry put
 there first lets upstream's hook work unchanged (main's conftest does ``setdefault``
-itself).  Nothing else: ``-p copyfix.upstream.xdist`` alone (launch_cache.sh) or
-through ``copyfix.upstream.plugin``.
+itself).  Nothing else; it is loaded through ``copyfix.upstream.plugin``.
 """
 
 import pytest
