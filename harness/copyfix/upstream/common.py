@@ -1,4 +1,4 @@
-"""What ``check``, ``ci`` and ``later`` share (harness): paths, the checkout checks, the
+"""What ``check`` and ``ci`` share (harness): paths, the checkout checks, the
 environment of a pytest run under ``copyfix.upstream.plugin``, the run itself, what
 the plugin wrote, and the reason class of a failure."""
 
