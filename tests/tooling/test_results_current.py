@@ -1,10 +1,13 @@
 """Every ``results/*.json`` is current: each ``op_commit`` it names is at or after the
 last commit of the paths it says it measured (``measured_paths``, its own or the
 nearest enclosing section's), so no figure of an older op can land silently.  A record
-that measured no file of this repository says why in ``op_independent``."""
+that measured no file of this repository says why in ``op_independent``.  A record
+that ran PR files as they were (``pr_files``, upstream-ci's: test files too) holds
+their sha256, which must be the files' now."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from pathlib import Path
@@ -55,6 +58,43 @@ def stale(commit: str | None, paths: list | None) -> str | None:
         )
     later = _git("log", "--format=%h %s", f"{commit}..HEAD", "--", *paths)
     return f"changed after {commit[:12]}:\n{later}" if later else None
+
+
+def files_run(node, where="") -> list[tuple[str, str, str]]:
+    """(where, path, sha256) of every file a ``pr_files`` table of ``node`` ran."""
+    out = []
+    if isinstance(node, dict):
+        for rel, info in node.get("pr_files", {}).items():
+            out.append((where or "/", rel, info["sha256"]))
+        for key, value in node.items():
+            out += files_run(value, f"{where}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            out += files_run(value, f"{where}[{i}]")
+    return out
+
+
+def changed(rel: str, sha: str) -> bool:
+    path = REPO / rel
+    return not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != sha
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=[p.name for p in RESULTS])
+def test_every_file_run_is_the_file_now(path):
+    ran = files_run(json.loads(path.read_text()))
+    problems = [f"{w}: {rel}" for w, rel, sha in ran if changed(rel, sha)]
+    assert not problems, f"{path.name} ran files since changed; re-run it:\n" + (
+        "\n".join(problems)
+    )
+
+
+def test_a_file_run_then_changed_is_caught():
+    rel = "tests/test_launch_cache.py"
+    now = hashlib.sha256((REPO / rel).read_bytes()).hexdigest()
+    record = {"bases": {"b": {"pr_files": {rel: {"sha256": now}}}}}
+    assert files_run(record) == [("/bases/b", rel, now)]
+    assert not changed(rel, now)
+    assert changed(rel, "0" * 64) and changed("tests/no_such_file.py", now)
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=[p.name for p in RESULTS])
