@@ -121,7 +121,6 @@ PRS = {
     e["name"]: PR(**e, text=f"docs/PR{n}.md", n=n)
     for n, e in enumerate(_copyfix_table()["stack"], 1)
 }
-PR_FILES = [COPY_PY, STRIDED_COPY_PY]
 
 
 def preimages(path: str = COPY_PY) -> list[str]:
