@@ -25,7 +25,10 @@ def report_lines(path: Path = RESULT) -> list[str]:
     """The decode section of docs/PERFORMANCE_ACCURACY.md, from ``path``."""
     data = records.load(path)
     if not data:
-        return []
+        return ["", "## A Llama decode end to end", "",
+                "No decode record stands at the current op (a record leaves `results/` "
+                "when the op it measured changes): `harness/device/decode.sh` on a GPU "
+                "makes one."]  # fmt: skip
     if not data.get("configs"):
         return ["", f"## A Llama decode end to end (`results/{path.name}`)", "",
                 f"- op `{(data.get('op_commit') or 'unknown')[:12]}`, {data.get('date', '')}: "
