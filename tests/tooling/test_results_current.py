@@ -7,14 +7,13 @@ their sha256, which must be the files' now."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from copyfix import provenance
+from copyfix import provenance, records
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = sorted((REPO / "results").glob("*.json"))
@@ -26,20 +25,25 @@ def _git(*args: str) -> str:
     ).stdout.strip()
 
 
-def claims(node, paths=None, where="") -> list[tuple[str, str | None, list | None]]:
-    """(where, op_commit, measured_paths) of every section of ``node`` naming an
-    ``op_commit``; a section's paths are its own, else the nearest enclosing ones."""
-    out = []
+def sections(node, paths=None, where=""):
+    """(where, section, measured_paths) of every dict of ``node``; a section's paths
+    are its own, else the nearest enclosing ones."""
     if isinstance(node, dict):
         paths = node.get("measured_paths", paths)
-        if "op_commit" in node:
-            out.append((where or "/", node["op_commit"], paths))
+        yield where or "/", node, paths
         for key, value in node.items():
-            out += claims(value, paths, f"{where}/{key}")
+            yield from sections(value, paths, f"{where}/{key}")
     elif isinstance(node, list):
         for i, value in enumerate(node):
-            out += claims(value, paths, f"{where}[{i}]")
-    return out
+            yield from sections(value, paths, f"{where}[{i}]")
+
+
+def claims(node) -> list[tuple[str, str | None, list | None]]:
+    """(where, op_commit, measured_paths) of every section of ``node`` naming an
+    ``op_commit``."""
+    return [
+        (w, sec["op_commit"], p) for w, sec, p in sections(node) if "op_commit" in sec
+    ]
 
 
 def stale(commit: str | None, paths: list | None) -> str | None:
@@ -60,23 +64,18 @@ def stale(commit: str | None, paths: list | None) -> str | None:
     return f"changed after {commit[:12]}:\n{later}" if later else None
 
 
-def files_run(node, where="") -> list[tuple[str, str, str]]:
+def files_run(node) -> list[tuple[str, str, str]]:
     """(where, path, sha256) of every file a ``pr_files`` table of ``node`` ran."""
-    out = []
-    if isinstance(node, dict):
-        for rel, info in node.get("pr_files", {}).items():
-            out.append((where or "/", rel, info["sha256"]))
-        for key, value in node.items():
-            out += files_run(value, f"{where}/{key}")
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            out += files_run(value, f"{where}[{i}]")
-    return out
+    return [
+        (w, rel, info["sha256"])
+        for w, sec, _ in sections(node)
+        for rel, info in sec.get("pr_files", {}).items()
+    ]
 
 
 def changed(rel: str, sha: str) -> bool:
     path = REPO / rel
-    return not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != sha
+    return not path.is_file() or records.sha256(path) != sha
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=[p.name for p in RESULTS])
@@ -90,7 +89,7 @@ def test_every_file_run_is_the_file_now(path):
 
 def test_a_file_run_then_changed_is_caught():
     rel = "tests/test_launch_cache.py"
-    now = hashlib.sha256((REPO / rel).read_bytes()).hexdigest()
+    now = records.sha256(REPO / rel)
     record = {"bases": {"b": {"pr_files": {rel: {"sha256": now}}}}}
     assert files_run(record) == [("/bases/b", rel, now)]
     assert not changed(rel, now)
